@@ -1,0 +1,115 @@
+"""``zoo generate``: determinism across worker counts, resume after a kill, settings checks."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from zoo.generate.plan import limited_counts
+from zoo.generate.run import GenerateOptions, generate
+from zoo.store import StoreError, WeightStore
+
+SMALL = dict(kind="mnist-inr", dataset="digits", limit=48, chunk_size=8, steps=25, lr=1e-3, progress=False)
+
+
+def _arrays(root):
+    store = WeightStore(root)
+    return store.read(0, store.num_networks), store.networks.drop_columns([]).to_pydict()
+
+
+def assert_same_store(a, b):
+    (pa, ta), (pb, tb) = _arrays(a), _arrays(b)
+    for name in pa:
+        np.testing.assert_array_equal(pa[name], pb[name])
+    assert ta["index"] == tb["index"] and ta["split"] == tb["split"]
+    np.testing.assert_array_equal(ta["psnr"], tb["psnr"])
+    for name, (mean, std) in WeightStore(a).stats().items():
+        np.testing.assert_allclose(mean, WeightStore(b).stats()[name][0], rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def reference_store(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "store"
+    generate(GenerateOptions(out=str(out), **SMALL), log=lambda *_: None)
+    return out
+
+
+def test_ray_workers_give_the_same_store_as_one_process(reference_store, tmp_path):
+    out = tmp_path / "ray"
+    generate(GenerateOptions(out=str(out), workers=2, use_ray=True, **SMALL), log=lambda *_: None)
+    assert_same_store(reference_store, out)
+
+
+def test_rerun_after_kill_resumes_without_gaps(reference_store, tmp_path):
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "cli", "generate", "mnist-inr", "--out", str(out), "--dataset", "digits",
+           "--limit", "48", "--chunk-size", "8", "--steps", "25", "--lr", "1e-3"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    manifest = out / "manifest.json"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            done = json.loads(manifest.read_text())["complete_chunks"]
+        except (FileNotFoundError, json.JSONDecodeError):
+            done = []
+        if len(done) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    state = json.loads(manifest.read_text())
+    assert state["status"] == "in_progress" and 2 <= len(state["complete_chunks"]) < 6
+    with pytest.raises(StoreError, match="incomplete"):
+        WeightStore(out)
+    logs = []
+    generate(GenerateOptions(out=str(out), **SMALL), log=logs.append)
+    assert any("resuming" in line for line in logs)
+    assert_same_store(reference_store, out)
+
+
+def test_rerun_of_complete_store_changes_nothing(reference_store):
+    before = (reference_store / "manifest.json").read_text()
+    logs = []
+    generate(GenerateOptions(out=str(reference_store), **SMALL), log=logs.append)
+    assert "already complete" in logs[0]
+    assert (reference_store / "manifest.json").read_text() == before
+
+
+def test_rerun_with_other_settings_is_refused(reference_store):
+    with pytest.raises(StoreError, match="different settings"):
+        generate(GenerateOptions(out=str(reference_store), **{**SMALL, "seed": 1}), log=lambda *_: None)
+
+
+def test_limit_keeps_split_proportions():
+    counts = limited_counts({"train": 55000, "val": 5000, "test": 10000}, 700)
+    assert counts == {"train": 550, "val": 50, "test": 100}
+    assert sum(limited_counts({"train": 10, "val": 1, "test": 3}, 5).values()) == 5
+
+
+def test_views_and_sine_targets(tmp_path):
+    out = tmp_path / "sines"
+    generate(GenerateOptions(kind="sine-ssl", out=str(out), limit=10, views=2, chunk_size=8, steps=20,
+                             progress=False), log=lambda *_: None)
+    store = WeightStore(out)
+    t = store.networks.to_pydict()
+    assert store.num_networks == 20 and store.widths == (1, 32, 32, 1)
+    assert t["view"][:4] == [0, 1, 0, 1] and t["source_item"][0] == t["source_item"][1]
+    assert t["amplitude"][0] == t["amplitude"][1] and 0 <= t["frequency"][0] <= 10
+    w = store.read(0, 2)["W2"]
+    assert not np.array_equal(w[0], w[1])  # the two views start from different initializations
+
+
+def test_unknown_kind_and_missing_data_are_clear(tmp_path):
+    with pytest.raises(KeyError, match="unknown zoo kind"):
+        generate(GenerateOptions(kind="imagenet-inr", out=str(tmp_path / "x")))
+    from zoo.sources import DataError
+
+    with pytest.raises(DataError):
+        generate(GenerateOptions(kind="mnist-inr", out=str(tmp_path / "y"), data_root=str(tmp_path)))
+    assert not (tmp_path / "y").exists()  # nothing half-made

@@ -1,0 +1,46 @@
+"""Adam over stacked per-network parameters, with a per-network "still training" mask.
+
+Adam is elementwise, so one Adam over ``[K, ...]`` tensors whose loss is the sum of the K
+per-network losses is exactly K independent Adams. The update follows ``torch.optim.Adam``'s
+formula (same bias correction, same epsilon placement) so a batched fit follows the trajectory of
+fitting each network alone with ``torch.optim.Adam``. Networks whose mask is off do not move.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+Tensor = torch.Tensor
+
+
+class MaskedAdam:
+    def __init__(self, params: list[Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params = params
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.exp_avg = [torch.zeros_like(p) for p in params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in params]
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, grads: list[Tensor], active: Tensor | None = None) -> None:
+        """One update; ``active`` is a bool ``[K]`` mask of networks allowed to move."""
+        self.steps += 1
+        beta1, beta2 = self.betas
+        bias_correction1 = 1 - beta1**self.steps
+        bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
+        step_size = self.lr / bias_correction1
+        for p, g, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq):
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (v.sqrt() / bias_correction2_sqrt).add_(self.eps)
+            update = m / denom
+            if active is not None:
+                update.mul_(active.to(update.dtype).view(-1, *([1] * (p.dim() - 1))))
+            p.sub_(update, alpha=step_size)
+
+    def select(self, keep: Tensor) -> None:
+        """Drop the networks not in ``keep`` (index tensor) from the optimizer state."""
+        self.exp_avg = [m[keep] for m in self.exp_avg]
+        self.exp_avg_sq = [v[keep] for v in self.exp_avg_sq]

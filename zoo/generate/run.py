@@ -1,0 +1,174 @@
+"""``zoo generate``: plan the zoo, fit its missing chunks, then reduce statistics and finish.
+
+Rerunning the same command on an interrupted store fits only the chunks its manifest does not
+list as complete; since every network depends only on ``(seed, index)`` and the chunking, the
+result equals an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..fit.siren import Grid2D, SirenSpec
+from ..sources import get_source
+from ..sources.images import ImageSource
+from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
+from ..store.manifest import read_manifest
+from ..store.stats import Moments, write_stats
+from ..store.writer import (
+    chunk_bounds,
+    consolidate_rows,
+    create_store,
+    finalize,
+    mark_chunks_complete,
+    missing_chunks,
+)
+from .chunk import chunk_moments, fit_chunk, resolve_device
+from .executors import make_executor
+from .kinds import get_kind
+from .plan import LIMIT_RULE, Plan, build_plan
+
+
+@dataclass
+class GenerateOptions:
+    kind: str
+    out: str
+    dataset: str | None = None  # overrides the kind's default data source
+    data_root: str | None = None
+    download: bool = False
+    limit: int | None = None
+    views: int = 1
+    seed: int = 0
+    chunk_size: int = 1024
+    workers: int = 1
+    address: str | None = None
+    use_ray: bool | None = None
+    device: str = "auto"
+    init: str = "siren"
+    steps: int | None = None  # override the kind's schedule (tests, quick looks)
+    lr: float | None = None
+    psnr_stop: float | None = field(default=None)
+    no_early_stop: bool = False
+    progress: bool = True
+
+
+def _fit_config(kind, opts: GenerateOptions):
+    from dataclasses import replace
+
+    cfg = kind.fit
+    if opts.steps is not None:
+        cfg = replace(cfg, steps=opts.steps)
+    if opts.lr is not None:
+        cfg = replace(cfg, lr=opts.lr)
+    if opts.psnr_stop is not None:
+        cfg = replace(cfg, psnr_stop=opts.psnr_stop)
+    if opts.no_early_stop:
+        cfg = replace(cfg, psnr_stop=None)
+    return cfg
+
+
+def _coords(source):
+    """A :class:`Grid2D` for image sources (faster fitting), the point list otherwise."""
+    points = source.coords()
+    if isinstance(source, ImageSource):
+        h, w = source.shape[:2]
+        grid = Grid2D(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w))
+        if not torch.equal(grid.points(), points):
+            raise RuntimeError("image grid disagrees with the source's coordinates")
+        return (grid.ys.numpy(), grid.xs.numpy())
+    return points.numpy()
+
+
+def generate(opts: GenerateOptions, log=print) -> dict:
+    """Create or resume the store at ``opts.out``; returns its final manifest."""
+    kind = get_kind(opts.kind)
+    dataset = opts.dataset or kind.source
+    spec = SirenSpec(kind.widths, init=opts.init)
+    fit = _fit_config(kind, opts)
+    if opts.chunk_size < 1:
+        raise ValueError("--chunk-size must be positive")
+    generation = {
+        "kind": kind.name, "dataset": dataset, "limit": opts.limit, "views": opts.views,
+        "seed": opts.seed, "chunk_size": opts.chunk_size, "fit": fit.to_manifest(),
+        "init": opts.init,
+    }
+    out = Path(opts.out)
+    resuming = (out / MANIFEST).exists()
+    if resuming:
+        manifest = read_manifest(out)
+        if manifest["generation"] != generation:
+            raise StoreError(
+                f"{out} was generated with different settings:\n  store: {manifest['generation']}\n"
+                f"  asked: {generation}\nuse another --out, or rerun with the store's settings to resume it"
+            )
+        if manifest["status"] == STATUS_COMPLETE:
+            log(f"{out} is already complete ({manifest['num_networks']} networks)")
+            return manifest
+
+    source = get_source(dataset, root=opts.data_root, download=opts.download)
+    plan = build_plan(source, limit=opts.limit, views=opts.views)
+    if not resuming:
+        manifest = create_store(
+            out, widths=kind.widths, num_networks=plan.num_networks, chunk_size=opts.chunk_size,
+            splits=plan.splits,
+            metadata={
+                "kind": kind.name,
+                "description": kind.description,
+                "architecture": spec.to_manifest(),
+                "targets": list(kind.targets),
+                "generation": generation,
+                "source": {**source.provenance(), "limit_rule": LIMIT_RULE},
+            },
+        )
+    elif manifest["num_networks"] != plan.num_networks:
+        raise StoreError(f"{out}: the data now yields {plan.num_networks} networks, the store has "
+                         f"{manifest['num_networks']}; did the data files change?")
+
+    device = resolve_device(opts.device)
+    todo = missing_chunks(manifest)
+    if resuming:
+        log(f"resuming {out}: {len(todo)} of {manifest['num_chunks']} chunks left")
+    executor = make_executor(opts.workers, opts.address, opts.use_ray,
+                             gpus_per_task=1.0 / opts.workers if device.startswith("cuda") else 0.0)
+    try:
+        _fit_chunks(executor, out, manifest, plan, spec, fit, opts.seed, _coords(source), device, todo, opts)
+        consolidate_rows(out, manifest)
+        train_stop = plan.splits["train"]["count"]
+        moments = Moments.of({n: np.zeros((0, *s)) for n, s in manifest["parameters"].items()})
+        jobs = [{"root": str(out), "chunk": c, "train_stop": train_stop}
+                for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train_stop]
+        for part in executor.map_unordered(chunk_moments, jobs):
+            moments = moments.combine(part)
+        manifest = finalize(out, manifest, {"normalization": write_stats(out, moments)})
+    finally:
+        executor.shutdown()
+    return manifest
+
+
+def _fit_chunks(executor, out, manifest, plan: Plan, spec, fit, seed, coords, device, todo, opts):
+    def job(chunk):
+        start, stop = chunk_bounds(manifest, chunk)
+        rows = plan.item_row[start:stop]
+        return {
+            "root": str(out), "chunk": chunk, "start": start, "spec": spec, "config": fit,
+            "seed": seed, "coords": coords, "targets": plan.targets[rows].numpy(),
+            "peak": plan.peak[start:stop], "device": device,
+            "columns": {k: v[start:stop] for k, v in plan.columns.items()},
+            "threads": None if device.startswith("cuda") else 1,
+        }
+
+    done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
+    bar = tqdm(total=manifest["num_networks"], initial=done, unit="net", desc=f"fitting {manifest['kind']}",
+               disable=not opts.progress, dynamic_ncols=True)
+    try:
+        for result in executor.map_unordered(fit_chunk, (job(c) for c in todo)):
+            mark_chunks_complete(out, manifest, [result["chunk"]])
+            bar.update(result["networks"])
+            bar.set_postfix(psnr=f"{result['psnr_mean']:.1f}dB", steps=f"{result['steps_mean']:.0f}")
+    finally:
+        bar.close()

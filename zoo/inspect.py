@@ -1,0 +1,108 @@
+"""Human-facing views of a store: the ``zoo info`` summary and the ``zoo show`` picture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .fit.siren import SirenSpec, forward
+from .store import WeightStore
+
+
+def spec_of(store: WeightStore) -> SirenSpec:
+    arch = store.manifest["architecture"]
+    return SirenSpec(tuple(arch["widths"]), arch["w0_first"], arch["w0_hidden"], arch["init"])
+
+
+def summary(store: WeightStore) -> str:
+    m = store.manifest
+    arch = m["architecture"]
+    table = store.networks
+    psnr = table.column("psnr").to_numpy()
+    steps = table.column("steps").to_numpy()
+    lines = [
+        f"store      {store.root}  (format v{m['format_version']}, {m['status']})",
+        f"kind       {m['kind']}: {m.get('description', '')}",
+        f"source     {m['source'].get('source')}  ({m['generation']['views']} view(s) per item, seed {m['generation']['seed']})",
+        f"arch       {' -> '.join(map(str, arch['widths']))}  {arch['activation']}, w0 {arch['w0_per_layer']}, init {arch['init']}",
+        f"networks   {m['num_networks']} in {m['num_chunks']} chunk(s) of {m['chunk_size']}",
+        "splits     " + ", ".join(f"{s} {v['count']}" for s, v in m["splits"].items()),
+        "psnr (dB)  " + "  ".join(f"p{q} {np.percentile(psnr, q):.2f}" for q in (5, 25, 50, 75, 95))
+        + f"  mean {psnr.mean():.2f}",
+        f"steps      mean {steps.mean():.0f}, early-stopped {np.mean(steps < m['generation']['fit']['steps']) * 100:.1f}%",
+        f"disk       {store.size_on_disk() / 2**20:.1f} MiB",
+    ]
+    return "\n".join(lines)
+
+
+def decode(store: WeightStore, indices) -> np.ndarray:
+    """Signals of networks ``indices`` on the store's coordinate grid: ``[n, P, d_out]``."""
+    spec = spec_of(store)
+    rows = [store.read(i, i + 1) for i in indices]
+    weights = [torch.from_numpy(np.concatenate([r[f"W{m}"] for r in rows])) for m in range(1, spec.num_layers + 1)]
+    biases = [torch.from_numpy(np.concatenate([r[f"b{m}"] for r in rows])) for m in range(1, spec.num_layers + 1)]
+    coords = coordinates(store)
+    with torch.no_grad():
+        return forward(spec, weights, biases, coords).numpy()
+
+
+def coordinates(store: WeightStore) -> torch.Tensor:
+    source = store.manifest["source"]
+    if source.get("kind") == "image":
+        h, w = source["image_shape"][:2]
+        yy, xx = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
+        return torch.stack([yy, xx], -1).reshape(-1, 2)
+    points = source["coordinates"]["shape"][0]
+    return torch.linspace(-np.pi, np.pi, points).unsqueeze(1)
+
+
+def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = None) -> Path:
+    """Decoded INRs (top) beside their source images (bottom), or curves for signal zoos."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .sources import DataError, get_source
+
+    count = min(count, store.num_networks)
+    indices = list(range(count))
+    decoded = decode(store, indices)
+    table = store.networks.slice(0, count).to_pydict()
+    src_name = store.manifest["generation"]["dataset"]
+    try:
+        source = get_source(src_name, root=data_root)
+    except DataError:  # source files not here: draw the INRs alone
+        source = None
+    fig, axes = plt.subplots(2, count, figsize=(1.6 * count, 3.4), squeeze=False)
+    for k in range(count):
+        split, item = table["split"][k], table["source_item"][k]
+        title = f"#{k} {table['psnr'][k]:.1f}dB"
+        if store.manifest["source"].get("kind") == "image":
+            h, w, c = store.manifest["source"]["image_shape"]
+            img = np.clip(decoded[k].reshape(h, w, c), 0, 1)
+            axes[0, k].imshow(img.squeeze(-1) if c == 1 else img, cmap="gray", vmin=0, vmax=1)
+            if source is not None:
+                sp = source.split(split)
+                pos = int(np.flatnonzero(sp.item_ids == item)[0])
+                orig = sp.images[pos]
+                axes[1, k].imshow(orig.squeeze(-1) if c == 1 else orig, cmap="gray", vmin=0, vmax=1)
+        else:
+            x = coordinates(store).squeeze(1).numpy()
+            axes[0, k].plot(x, decoded[k][:, 0])
+            a, b = table["amplitude"][k], table["frequency"][k]
+            axes[1, k].plot(x, a * np.sin(b * x))
+        axes[0, k].set_title(title, fontsize=7)
+        for r in range(2):
+            axes[r, k].set_xticks([])
+            axes[r, k].set_yticks([])
+    axes[0, 0].set_ylabel("INR")
+    axes[1, 0].set_ylabel("source")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

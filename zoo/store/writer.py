@@ -1,0 +1,143 @@
+"""Creating a store and filling it chunk by chunk.
+
+Workers write whole chunks (array slices aligned to the Zarr chunking, plus a Parquet fragment of
+their rows); only the coordinating process touches the manifest, so concurrent workers never race
+on it. A chunk counts as written only once the manifest lists it, which makes an interrupted
+generation safe to resume: unlisted chunks are simply written again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zarr
+
+from .format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    FRAGMENTS_DIR,
+    MANIFEST,
+    NETWORKS_TABLE,
+    STATUS_COMPLETE,
+    STATUS_IN_PROGRESS,
+    StoreError,
+    fragment_name,
+    parameter_shapes,
+)
+from .manifest import read_manifest, write_manifest
+
+
+def create_store(
+    root: str | Path,
+    *,
+    widths,
+    num_networks: int,
+    chunk_size: int,
+    splits: dict[str, dict],
+    metadata: dict,
+    overwrite: bool = False,
+) -> dict:
+    """Lay out an empty store (arrays filled with NaN) and its in-progress manifest."""
+    root = Path(root)
+    if (root / MANIFEST).exists() and not overwrite:
+        raise StoreError(f"{root} already holds a store; resume it or pass overwrite")
+    if root.exists() and overwrite:
+        shutil.rmtree(root)
+    if root.exists() and any(root.iterdir()):
+        raise StoreError(f"{root} exists and is not empty; choose a new --out directory")
+    root.mkdir(parents=True, exist_ok=True)
+    group = zarr.open_group(str(root), mode="w", zarr_format=3)
+    shapes = parameter_shapes(widths)
+    for name, shape in shapes.items():
+        group.create_array(
+            name,
+            shape=(num_networks, *shape),
+            chunks=(chunk_size, *shape),
+            dtype="float32",
+            compressors=None,  # float32 weights barely compress (~7%) at 2-4x the cost
+            fill_value=float("nan"),
+            dimension_names=("network",) + tuple(f"dim{i}" for i in range(len(shape))),
+        )
+    (root / FRAGMENTS_DIR).mkdir()
+    num_chunks = (num_networks + chunk_size - 1) // chunk_size
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "status": STATUS_IN_PROGRESS,
+        "num_networks": num_networks,
+        "chunk_size": chunk_size,
+        "num_chunks": num_chunks,
+        "complete_chunks": [],
+        "parameters": {name: list(shape) for name, shape in shapes.items()},
+        "splits": splits,
+        **metadata,
+    }
+    write_manifest(root, manifest)
+    return manifest
+
+
+def chunk_bounds(manifest: dict, chunk: int) -> tuple[int, int]:
+    start = chunk * manifest["chunk_size"]
+    return start, min(start + manifest["chunk_size"], manifest["num_networks"])
+
+
+def write_chunk(root: str | Path, chunk: int, params: dict[str, np.ndarray], rows: pa.Table) -> None:
+    """Write one chunk's parameters and rows. Safe to repeat: it overwrites the same cells."""
+    root = Path(root)
+    manifest = read_manifest(root)
+    start, stop = chunk_bounds(manifest, chunk)
+    if rows.num_rows != stop - start:
+        raise StoreError(f"chunk {chunk} needs {stop - start} rows, got {rows.num_rows}")
+    checked = {}
+    for name, shape in manifest["parameters"].items():  # check everything before writing anything
+        values = np.asarray(params[name], dtype=np.float32)
+        if values.shape != (stop - start, *shape):
+            raise StoreError(f"chunk {chunk}: {name} has shape {values.shape}, expected {(stop - start, *shape)}")
+        if not np.isfinite(values).all():
+            raise StoreError(f"chunk {chunk}: {name} contains NaN or inf; refusing to store it")
+        checked[name] = values
+    group = zarr.open_group(str(root), mode="r+")
+    for name, values in checked.items():
+        group[name][start:stop] = values
+    target = root / fragment_name(chunk)
+    tmp = target.with_suffix(".tmp")
+    pq.write_table(rows, tmp)
+    os.replace(tmp, target)
+
+
+def mark_chunks_complete(root: str | Path, manifest: dict, chunks) -> dict:
+    manifest["complete_chunks"] = sorted(set(manifest["complete_chunks"]) | set(int(c) for c in chunks))
+    write_manifest(root, manifest)
+    return manifest
+
+
+def missing_chunks(manifest: dict) -> list[int]:
+    done = set(manifest["complete_chunks"])
+    return [c for c in range(manifest["num_chunks"]) if c not in done]
+
+
+def consolidate_rows(root: str | Path, manifest: dict) -> pa.Table:
+    """Merge the per-chunk fragments into ``networks.parquet`` (sorted by index, checked for gaps)."""
+    root = Path(root)
+    tables = [pq.read_table(root / fragment_name(c)) for c in range(manifest["num_chunks"])]
+    table = pa.concat_tables(tables).sort_by("index")
+    index = table.column("index").to_numpy()
+    if not np.array_equal(index, np.arange(manifest["num_networks"])):
+        raise StoreError(f"{root}: network rows have gaps or duplicates; rerun the generation")
+    pq.write_table(table, root / NETWORKS_TABLE)
+    return table
+
+
+def finalize(root: str | Path, manifest: dict, extra: dict) -> dict:
+    manifest.update(extra)
+    manifest["status"] = STATUS_COMPLETE
+    manifest["completed"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    write_manifest(root, manifest)
+    return manifest
