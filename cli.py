@@ -24,6 +24,20 @@ class _ExpectedErrors(click.Group):
             sys.exit(2)
 
 
+def _parse_limit(value: str | None):
+    if value is None:
+        return None
+    if "=" not in value:
+        try:
+            return int(value)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is neither N nor split=N,...") from None
+    try:
+        return {k.strip(): int(v) for k, v in (part.split("=") for part in value.split(","))}
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected e.g. train=4583,val=417,test=2000") from None
+
+
 @click.group(cls=_ExpectedErrors)
 def main():
     """Model zoos of small networks (Zarr v3 weight stores) and DWSNets over their weights."""
@@ -35,7 +49,8 @@ def main():
 @click.option("--dataset", default=None, help="Data source (default: the kind's). E.g. mnist, mnist-offline, digits.")
 @click.option("--data-root", default=None, type=click.Path(), help="Folder with the data set's files.")
 @click.option("--download", is_flag=True, help="Fetch missing data files from the official mirrors (checksummed).")
-@click.option("--limit", type=int, default=None, help="Use at most this many source items, split proportionally.")
+@click.option("--limit", default=None, callback=lambda ctx, param, v: _parse_limit(v),
+              help="At most N source items split proportionally, or per split: train=N,val=N,test=N.")
 @click.option("--views", type=int, default=1, show_default=True, help="Independently initialized INRs per item.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--chunk-size", type=int, default=1024, show_default=True, help="Networks per store chunk (unit of work).")
@@ -79,6 +94,47 @@ def show(store, out, count, data_root):
     from zoo.store import WeightStore
 
     click.echo(f"wrote {draw(WeightStore(store), Path(out), count, data_root)}")
+
+
+@main.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--model", type=click.Choice(["dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer"]),
+              default="dwsnet", show_default=True)
+@click.option("--task", type=click.Choice(["classify", "regress", "ssl"]), default="classify", show_default=True)
+@click.option("--target", default=None, help="Store column(s) to predict (default: the task's).")
+@click.option("--out", default=None, type=click.Path(file_okay=False), help="Run directory (default runs/STORE-MODEL-TASK).")
+@click.option("--epochs", type=int, default=10, show_default=True)
+@click.option("--batch-size", type=int, default=512, show_default=True)
+@click.option("--lr", type=float, default=None, help="Learning rate; default: choose from {5e-3, 1e-3, 5e-4, 1e-4} on val.")
+@click.option("--seeds", type=int, default=1, show_default=True, help="Seeds to report mean ± std over (paper: 3).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--hidden-channels", type=int, default=48, show_default=True, help="DWSNet channels (baselines are sized to match).")
+@click.option("--num-layers", type=int, default=4, show_default=True)
+@click.option("--dropout", type=float, default=0.0, show_default=True)
+@click.option("--bn/--no-bn", default=True, show_default=True)
+@click.option("--blocks", default="all", show_default=True, help="DWSNet blocks: all, B2B, W2W, W2W+B2B, diagonal.")
+@click.option("--augment/--no-augment", default=True, show_default=True)
+@click.option("--loader-workers", type=int, default=0, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--patience", type=int, default=None, help="Stop after this many epochs without validation progress.")
+def train(store, **kw):
+    """Train a model on a store's train split, select on val, report test (see docs/train.md)."""
+    from dws.tasks.run import TrainOptions, train_run
+
+    train_run(TrainOptions(store=store, **kw), log=click.echo)
+
+
+@main.command(name="eval")
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--split", default="test", show_default=True)
+def eval_(run, store, split):
+    """Re-evaluate RUN's best checkpoint on STORE (refused if STORE's networks are incompatible)."""
+    import json
+
+    from dws.tasks.run import evaluate_run
+
+    click.echo(json.dumps(evaluate_run(run, store, split), indent=2))
 
 
 if __name__ == "__main__":

@@ -134,29 +134,26 @@ def coordinate_points(coords) -> Tensor:
     return coords.points() if isinstance(coords, Grid2D) else coords
 
 
-def forward(spec: SirenSpec, weights, biases, coords) -> Tensor:
-    """Evaluate K networks on shared coordinates ``[P, d_0]`` or a :class:`Grid2D` -> ``[K, P, d_M]``."""
-    return forward_with_cache(spec, weights, biases, coords)[0]
-
-
 def _first_sine_layer(w0: float, weight: Tensor, bias: Tensor, coords):
-    """``sin`` and ``cos`` of ``w0 * (W x + b)`` for the first layer, ``[K, P, d_1]`` each."""
-    K = weight.shape[0]
+    """``sin`` and ``cos`` of ``w0 * (W x + b)`` for the first layer, ``[K, d_1, P]`` each."""
+    K, d1 = weight.shape[:2]
     if isinstance(coords, Grid2D):
-        row = w0 * (coords.ys.view(1, -1, 1) * weight[:, None, :, 0] + bias[:, None, :])  # [K, H, d1]
-        col = w0 * (coords.xs.view(1, -1, 1) * weight[:, None, :, 1])  # [K, W, d1]
-        sr, cr = torch.sin(row).unsqueeze(2), torch.cos(row).unsqueeze(2)
-        sc, cc = torch.sin(col).unsqueeze(1), torch.cos(col).unsqueeze(1)
-        h = (sr * cc + cr * sc).reshape(K, -1, weight.shape[1])
-        c = (cr * cc - sr * sc).reshape(K, -1, weight.shape[1])
-        return h, c
-    x = coords if coords.dim() == 3 else coords.unsqueeze(0).expand(K, -1, -1)
-    z = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2), beta=w0, alpha=w0)
+        row = w0 * (weight[:, :, :1] * coords.ys + bias.unsqueeze(2))  # [K, d1, H]
+        col = w0 * (weight[:, :, 1:] * coords.xs)  # [K, d1, W]
+        sr, cr, sc, cc = torch.sin(row), torch.cos(row), torch.sin(col), torch.cos(col)
+        # sin(r + c) and cos(r + c) for every (row, column) pair as two rank-2 products, which
+        # MKL's batched matmul computes far faster than broadcast elementwise products.
+        cols = torch.stack([cc, sc], dim=2).view(K * d1, 2, -1)
+        h = torch.bmm(torch.stack([sr, cr], dim=3).view(K * d1, -1, 2), cols)
+        c = torch.bmm(torch.stack([cr, -sr], dim=3).view(K * d1, -1, 2), cols)
+        return h.view(K, d1, -1), c.view(K, d1, -1)
+    x = coords.transpose(-1, -2) if coords.dim() == 3 else coords.T.unsqueeze(0).expand(K, -1, -1)
+    z = torch.baddbmm(bias.unsqueeze(2), weight, x, beta=w0, alpha=w0)
     return torch.sin(z), torch.cos(z)
 
 
 def forward_with_cache(spec: SirenSpec, weights, biases, coords):
-    """Forward pass that also returns what the hand-written backward needs (activations, cosines).
+    """Forward pass, channel-first (``[K, d_m, P]``), with what the hand-written backward needs.
 
     ``w0`` multiplies the small weight matrices rather than the large pre-activations.
     """
@@ -165,55 +162,60 @@ def forward_with_cache(spec: SirenSpec, weights, biases, coords):
     acts, coss = [coordinate_points(coords)], [c]
     for m in range(1, spec.num_layers - 1):
         acts.append(h)
-        weight_t = weights[m].transpose(1, 2).contiguous()  # MKL's bmm is faster on this layout
-        z = torch.baddbmm(biases[m].unsqueeze(1), h, weight_t, beta=w0[m], alpha=w0[m])
+        z = torch.bmm(weights[m] * w0[m], h).add_(biases[m].unsqueeze(2) * w0[m])  # faster than baddbmm
         h = torch.sin(z)
         coss.append(torch.cos(z))
     acts.append(h)
-    y = torch.baddbmm(biases[-1].unsqueeze(1), h, weights[-1].transpose(1, 2))
+    y = torch.baddbmm(biases[-1].unsqueeze(2), weights[-1], h)  # [K, d_M, P]
     if spec.output_offset:
         y = y + spec.output_offset
     return y, acts, coss
 
 
+def forward(spec: SirenSpec, weights, biases, coords) -> Tensor:
+    """Evaluate K networks on shared coordinates ``[P, d_0]`` or a :class:`Grid2D` -> ``[K, P, d_M]``."""
+    return forward_with_cache(spec, weights, biases, coords)[0].transpose(1, 2)
+
+
 def mse_and_grads(spec: SirenSpec, weights, biases, coords, targets: Tensor):
     """Per-network MSE ``[K]`` and the gradients of ``sum_k MSE_k`` (so network k sees only its loss).
 
-    Written by hand rather than with autograd: it skips the coordinate gradient, keeps the cosines
-    from the forward pass and folds ``w0`` into small tensors, roughly halving a CPU step's cost.
+    ``targets`` is ``[K, P, d_M]``. Written by hand rather than with autograd: it skips the
+    coordinate gradient, keeps the cosines from the forward pass and folds ``w0`` into small
+    tensors, roughly halving a CPU step's cost.
     """
     w0 = spec.w0()
     y, acts, coss = forward_with_cache(spec, weights, biases, coords)
-    err = y - targets
+    err = y - targets.transpose(1, 2)
     mse = err.square().mean(dim=(1, 2))
-    g = err * (2.0 / (err.shape[1] * err.shape[2]))  # d(sum_k mse_k)/dy
+    g = err * (2.0 / (err.shape[1] * err.shape[2]))  # d(sum_k mse_k)/dy, [K, d_M, P]
     grad_w, grad_b = [None] * spec.num_layers, [None] * spec.num_layers
     for m in range(spec.num_layers - 1, -1, -1):
         # g holds dLoss/d(pre-activation) of layer m, without layer m's w0 factor.
         scale = 1.0 if w0[m] is None else w0[m]
         if m == 0 and isinstance(coords, Grid2D):
             grad_w[m], grad_b[m] = _grid_input_grads(g, coords)
-            grad_w[m].mul_(scale)
-            grad_b[m].mul_(scale)
         else:
-            x = acts[m] if acts[m].dim() == 3 else acts[m].unsqueeze(0).expand(g.shape[0], -1, -1)
-            grad_w[m] = torch.bmm(g.transpose(1, 2), x).mul_(scale)
-            grad_b[m] = g.sum(dim=1).mul_(scale)
+            x = acts[m] if m > 0 else (acts[0].unsqueeze(0).expand(g.shape[0], -1, -1) if acts[0].dim() == 2 else acts[0])
+            grad_w[m] = torch.bmm(g, x if m == 0 else x.transpose(1, 2))
+            grad_b[m] = g.sum(dim=2)
+        grad_w[m].mul_(scale)
+        grad_b[m].mul_(scale)
         if m > 0:
-            g = torch.bmm(g, weights[m] * scale) * coss[m - 1]
+            w_t = weights[m].transpose(1, 2) * scale
+            # a single output channel makes this an outer product: cheaper as a broadcast multiply
+            g = (w_t * g if g.shape[1] == 1 else torch.bmm(w_t, g)).mul_(coss[m - 1])
     return mse, grad_w, grad_b
 
 
 def _grid_input_grads(g: Tensor, grid: Grid2D):
     """First-layer weight and bias gradients on a grid: sum over columns, then over rows."""
-    K, _, d1 = g.shape
-    g = g.view(K, grid.ys.numel(), grid.xs.numel(), d1)
-    per_row = g.sum(dim=2)  # [K, H, d1]
-    per_col = g.sum(dim=1)  # [K, W, d1]
-    grad_w = torch.stack(
-        [(per_row * grid.ys.view(1, -1, 1)).sum(1), (per_col * grid.xs.view(1, -1, 1)).sum(1)], dim=2
-    )
-    return grad_w, per_row.sum(dim=1)
+    K, d1, _ = g.shape
+    g = g.view(K, d1, grid.ys.numel(), grid.xs.numel())
+    per_row = g.sum(dim=3)  # [K, d1, H]
+    per_col = g.sum(dim=2)  # [K, d1, W]
+    grad_w = torch.stack([per_row @ grid.ys, per_col @ grid.xs], dim=2)
+    return grad_w, per_row.sum(dim=2)
 
 
 def psnr(mse: Tensor | np.ndarray, peak: float = 1.0):

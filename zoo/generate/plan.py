@@ -29,8 +29,16 @@ class Plan:
         return len(self.item_row)
 
 
-def limited_counts(sizes: dict[str, int], limit: int | None) -> dict[str, int]:
-    """At most ``limit`` items in total, keeping the splits' proportions (every non-empty split >= 1)."""
+def limited_counts(sizes: dict[str, int], limit: int | dict[str, int] | None) -> dict[str, int]:
+    """At most ``limit`` items in total, keeping the splits' proportions (every non-empty split >= 1).
+
+    A dict limits each split on its own (``{"test": 2000}`` keeps train and val whole).
+    """
+    if isinstance(limit, dict):
+        unknown = set(limit) - set(sizes)
+        if unknown:
+            raise ValueError(f"--limit names unknown split(s) {sorted(unknown)}; splits are {list(sizes)}")
+        return {s: min(n, limit.get(s, n)) for s, n in sizes.items()}
     total = sum(sizes.values())
     if limit is None or limit >= total:
         return dict(sizes)
@@ -53,7 +61,7 @@ def subset(n: int, k: int) -> np.ndarray:
     return np.sort(np.random.default_rng(0).permutation(n)[:k])
 
 
-def build_plan(source: Source, limit: int | None = None, views: int = 1) -> Plan:
+def build_plan(source: Source, limit: int | dict[str, int] | None = None, views: int = 1) -> Plan:
     if views < 1:
         raise ValueError("--views must be at least 1")
     data = {s: source.split(s) for s in SPLITS}

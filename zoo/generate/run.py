@@ -41,7 +41,7 @@ class GenerateOptions:
     dataset: str | None = None  # overrides the kind's default data source
     data_root: str | None = None
     download: bool = False
-    limit: int | None = None
+    limit: int | dict[str, int] | None = None
     views: int = 1
     seed: int = 0
     chunk_size: int = 1024

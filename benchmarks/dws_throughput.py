@@ -1,0 +1,113 @@
+"""Forward+backward throughput and peak memory of the MNIST-INR DWSNet: fused layer vs block-by-block.
+
+    python benchmarks/dws_throughput.py [--batches 64 512] [--iters 6] [--threads 2]
+
+Both models hold the same parameters (the reference wraps the fused model's DWS layers, see
+``dws/nn/reference.py``); their outputs are compared first. Each measurement runs in a fresh
+subprocess so that peak memory is the growth of the process's max RSS (``resource.getrusage``)
+over the setup (model + input built, before the first step): it counts every allocation of the
+forward and backward pass, including PyTorch's C++ buffers that ``tracemalloc`` cannot see.
+Throughput is the batch size over the median wall time of ``--iters`` timed steps after one warm-up.
+Workers run with ``OMP_WAIT_POLICY=PASSIVE`` (unless set): on a shared 2-core machine, spinning
+OpenMP threads otherwise collapse 2-thread throughput whenever another process holds a core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dws import DWSNetInvariant, WeightSpace, dwsnet_mnist_inr_config  # noqa: E402
+from dws.nn.reference import with_reference_layers  # noqa: E402
+
+IMPLS = ("fused", "block-by-block")
+
+
+def build(impl: str, batch: int, seed: int = 0):
+    torch.manual_seed(seed)
+    model = DWSNetInvariant(**dwsnet_mnist_inr_config())
+    if impl == "block-by-block":
+        model = with_reference_layers(copy.deepcopy(model))
+    widths = dwsnet_mnist_inr_config()["widths"]
+    n = sum(a * b for a, b in zip(widths[:-1], widths[1:])) + sum(widths[1:])
+    ws = WeightSpace.unflatten(torch.randn(batch, n, generator=torch.Generator().manual_seed(seed)), widths)
+    return model, ws
+
+
+def step(model, ws) -> None:
+    model.zero_grad(set_to_none=True)
+    model(ws).square().mean().backward()
+
+
+def worker(impl: str, batch: int, iters: int, threads: int) -> dict:
+    torch.set_num_threads(threads)
+    model, ws = build(impl, batch)
+    base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    step(model, ws)  # warm-up
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        step(model, ws)
+        times.append(time.perf_counter() - start)
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    med = statistics.median(times)
+    return dict(impl=impl, batch=batch, samples_per_s=batch / med, best_samples_per_s=batch / min(times),
+                peak_mib=(peak_kib - base_kib) / 1024)
+
+
+def check_same_function(batch: int = 16) -> float:
+    fused, ws = build("fused", batch)
+    ref, _ = build("block-by-block", batch)
+    with torch.no_grad():
+        return (fused(ws) - ref(ws)).abs().max().item()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 512])
+    parser.add_argument("--iters", type=int, default=6)
+    parser.add_argument("--ref-iters", type=int, default=3, help="timed steps for the (slow) reference")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--worker", nargs=2, metavar=("IMPL", "BATCH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        impl, batch = args.worker[0], int(args.worker[1])
+        print(json.dumps(worker(impl, batch, args.iters, args.threads)))
+        return
+
+    torch.set_num_threads(args.threads)
+    model, _ = build("fused", 1)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"MNIST-INR DWSNet {dwsnet_mnist_inr_config()['widths']}, 4 DWS layers, {n_params:,} parameters, "
+          f"torch {torch.__version__}, {args.threads} threads")
+    print(f"max |fused - block-by-block| on the logits: {check_same_function():.2e}")
+    rows = []
+    for batch in args.batches:
+        for impl in IMPLS:
+            iters = args.iters if impl == "fused" else args.ref_iters
+            cmd = [sys.executable, __file__, "--worker", impl, str(batch), "--iters", str(iters),
+                   "--threads", str(args.threads)]
+            env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+            rows.append(json.loads(out))
+    print(f"{'batch':>5}  {'implementation':<15} {'samples/s (median)':>19} {'(best)':>8} {'peak MiB':>9} {'speed-up':>9}")
+    for r in rows:
+        ref = next(x for x in rows if x["batch"] == r["batch"] and x["impl"] == "block-by-block")
+        print(f"{r['batch']:>5}  {r['impl']:<15} {r['samples_per_s']:>19.1f} {r['best_samples_per_s']:>8.1f} "
+              f"{r['peak_mib']:>9.1f} {r['samples_per_s'] / ref['samples_per_s']:>8.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""``LIN(d_0, d_0')`` / ``LIN(d_M, d_M')`` on the free indices, to keep large inputs affordable.
+
+The parameter count of a DWS layer grows with ``d_0^2`` and ``d_M^2``; since the input and output
+neurons are not permuted, a plain linear map on those axes is equivariant and can shrink them before
+the DWS layers (and grow them back after, for equivariant tasks).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from dws.weightspace import WeightSpace
+
+
+class FreeAxisLinear(nn.Module):
+    """Maps the widths ``(d_0, ..., d_M)`` to ``(d_0', d_1, ..., d_{M-1}, d_M')``, shared over channels.
+
+    Acts on the columns of ``W_1`` and on the rows of ``W_M`` and the entries of ``b_M``; an axis
+    whose size does not change is left untouched (no parameters).
+    """
+
+    def __init__(self, widths: Sequence[int], new_widths: Sequence[int]):
+        super().__init__()
+        self.widths, self.new_widths = tuple(widths), tuple(new_widths)
+        if len(self.widths) != len(self.new_widths) or self.widths[1:-1] != self.new_widths[1:-1]:
+            raise ValueError(f"only d_0 and d_M may change: {self.widths} -> {self.new_widths}")
+        self.inputs = _maybe_linear(self.widths[0], self.new_widths[0])
+        self.outputs = _maybe_linear(self.widths[-1], self.new_widths[-1])
+
+    def forward(self, ws: WeightSpace) -> WeightSpace:
+        if tuple(ws.widths) != self.widths:
+            raise ValueError(f"FreeAxisLinear was built for widths {self.widths}, got {ws.widths}")
+        weights, biases = list(ws.weights), list(ws.biases)
+        if self.inputs is not None:  # columns of W_1: axis 2
+            weights[0] = torch.movedim(self.inputs(torch.movedim(weights[0], 2, -1)), -1, 2)
+        if self.outputs is not None:  # rows of W_M and entries of b_M: axis 1
+            weights[-1] = torch.movedim(self.outputs(torch.movedim(weights[-1], 1, -1)), -1, 1)
+            biases[-1] = torch.movedim(self.outputs(torch.movedim(biases[-1], 1, -1)), -1, 1)
+        return WeightSpace(tuple(weights), tuple(biases))
+
+
+def _maybe_linear(d: int, d_new: int) -> nn.Linear | None:
+    return None if d == d_new else nn.Linear(d, d_new)

@@ -1,0 +1,94 @@
+"""What the loader yields: a batch of networks, their targets and their store indices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from dws.weightspace import WeightSpace
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``ws`` holds ``B`` networks, ``target[i]`` and ``index[i]`` (row in the store) describe network ``i``.
+
+    Also the unit that loader workers hand to the main process (a whole shuffle window), which is
+    why it can be sliced and concatenated cheaply.
+    """
+
+    ws: WeightSpace
+    target: Tensor
+    index: Tensor
+
+    def __len__(self) -> int:
+        return self.index.shape[0]
+
+    def _map(self, fn) -> "Batch":
+        return Batch(self.ws.map(fn), fn(self.target), fn(self.index))
+
+    def slice(self, start: int, stop: int) -> "Batch":
+        """Rows ``start..stop-1`` as views (no copy)."""
+        return self._map(lambda t: t[start:stop])
+
+    def take(self, rows: Tensor) -> "Batch":
+        return self._map(lambda t: t.index_select(0, rows))
+
+    def to(self, *args, **kwargs) -> "Batch":
+        return self._map(lambda t: t.to(*args, **kwargs))
+
+    def pin_memory(self) -> "Batch":
+        """Called by ``DataLoader(pin_memory=True)`` on custom batch types."""
+        return self._map(lambda t: t.pin_memory())
+
+    @staticmethod
+    def cat(parts: Sequence["Batch"]) -> "Batch":
+        if len(parts) == 1:
+            return parts[0]
+        ws = WeightSpace(
+            tuple(torch.cat(ws) for ws in zip(*(p.ws.weights for p in parts))),
+            tuple(torch.cat(bs) for bs in zip(*(p.ws.biases for p in parts))),
+        )
+        return Batch(ws, torch.cat([p.target for p in parts]), torch.cat([p.index for p in parts]))
+
+
+def weightspace_from_arrays(arrays: dict[str, np.ndarray]) -> WeightSpace:
+    """The store's ``W1, b1, ..., WM, bM`` arrays (``WeightStore.read``) as a :class:`WeightSpace`."""
+    num_layers = len(arrays) // 2
+    weights = tuple(torch.from_numpy(np.ascontiguousarray(arrays[f"W{m}"])) for m in range(1, num_layers + 1))
+    biases = tuple(torch.from_numpy(np.ascontiguousarray(arrays[f"b{m}"])) for m in range(1, num_layers + 1))
+    return WeightSpace(weights, biases)
+
+
+def rebatch(blocks, batch_size: int, drop_last: bool):
+    """Cut a stream of :class:`Batch` blocks of any sizes into batches of exactly ``batch_size``.
+
+    Only the batch that straddles two blocks is copied; the others are views. The last, shorter
+    batch is yielded unless ``drop_last``.
+    """
+    pending: list[Batch] = []
+    count = 0
+    for block in blocks:
+        if len(block) == 0:
+            continue
+        pending.append(block)
+        count += len(block)
+        while count >= batch_size:
+            pieces, need = [], batch_size
+            while need:
+                head = pending[0]
+                if len(head) <= need:
+                    pieces.append(pending.pop(0))
+                    need -= len(head)
+                else:
+                    pieces.append(head.slice(0, need))
+                    pending[0] = head.slice(need, len(head))
+                    need = 0
+            count -= batch_size
+            yield Batch.cat(pieces)
+    if count and not drop_last:
+        yield Batch.cat(pending)

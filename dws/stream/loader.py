@@ -1,0 +1,158 @@
+"""Batches of networks from a weight store, streamed chunk by chunk or held in memory.
+
+Two modes, chosen automatically by the split's size against ``ram_budget``:
+
+* **in memory**: the split is read once; each epoch is a fresh permutation (``torch.Generator``
+  seeded by ``(seed, epoch)``) and batches are gathered from it.
+* **streaming**: chunks are read in a shuffled order, a few at a time (``buffer_chunks``) into a
+  shuffle window (see :mod:`dws.stream.windows`). With ``num_workers > 0`` the windows are read,
+  augmented and normalized in ``DataLoader`` worker processes (processes, not threads: the
+  per-sample augmentation and normalization are Python/torch work that would contend for the
+  GIL); the main process only cuts the windows into batches.
+
+Either way an epoch visits every network of the split exactly once, the sequence of batches
+depends on ``seed`` and the epoch number only (not on ``num_workers``), and augmentation is
+applied to raw weights before normalization.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+from torch.utils.data import DataLoader
+
+from zoo.store import StoreError, WeightStore
+
+from .batch import Batch, rebatch, weightspace_from_arrays
+from .normalize import Normalizer
+from .targets import read_targets, target_names
+from .windows import ORDER, WindowStream, derived_generator, prepare, split_pieces
+
+DEFAULT_RAM_BUDGET = 2 * 2**30
+
+
+class WeightStoreLoader:
+    """Iterate over ``split`` of a store in batches of :class:`~dws.stream.batch.Batch`.
+
+    Args:
+        store: a store directory or an open :class:`zoo.store.WeightStore`.
+        split: ``"train"``, ``"val"`` or ``"test"``.
+        target: column(s) of ``networks.parquet``: ``"label"`` -> int64 ``[B]``, ``"frequency"`` ->
+            float32 ``[B]``, ``"amplitude,frequency"`` -> float32 ``[B, 2]``; None: the manifest's targets.
+        shuffle: False reads the split in index order (evaluation).
+        seed: with the epoch number, fixes the order and the augmentation draws.
+        normalize: apply the store's ``(value - mean) / std`` statistics.
+        augment: ``aug(ws, generator) -> ws`` on raw weights (:mod:`dws.stream.augment`).
+        num_workers: streaming worker processes (0: read in this process). Ignored in memory.
+        buffer_chunks: chunks per shuffle window when streaming.
+        in_memory: force a mode; None chooses memory when the split fits in ``ram_budget`` bytes.
+        pin_memory: pin each batch (for fast copies to an accelerator).
+    """
+
+    def __init__(
+        self,
+        store: str | Path | WeightStore,
+        split: str = "train",
+        *,
+        batch_size: int = 512,
+        target: str | Sequence[str] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        normalize: bool = True,
+        augment=None,
+        drop_last: bool = False,
+        num_workers: int = 0,
+        buffer_chunks: int = 4,
+        in_memory: bool | None = None,
+        ram_budget: int = DEFAULT_RAM_BUDGET,
+        pin_memory: bool = False,
+    ):
+        if batch_size < 1 or buffer_chunks < 1 or num_workers < 0:
+            raise ValueError(f"need batch_size >= 1, buffer_chunks >= 1, num_workers >= 0; got "
+                             f"{batch_size}, {buffer_chunks}, {num_workers}")
+        self.store = store if isinstance(store, WeightStore) else WeightStore(store)
+        self.split = split
+        self.start, self.stop = self.store.split_range(split)
+        if self.stop <= self.start:
+            raise StoreError(f"{self.store.root}: split {split!r} is empty")
+        self.target_names = target_names(self.store, target)
+        self.targets = read_targets(self.store, self.target_names, self.start, self.stop)
+        self.normalizer = Normalizer.from_store(self.store) if normalize else None
+        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
+        self.augment, self.num_workers, self.pin_memory = augment, num_workers, pin_memory
+        self.epoch = 0
+        self.in_memory = self.split_bytes <= ram_budget if in_memory is None else bool(in_memory)
+        if self.in_memory:
+            self._data = self._load_split()
+        else:
+            self._stream = WindowStream(
+                self.store.root, split_pieces(self.store, split), self.start, self.targets,
+                buffer_chunks=buffer_chunks, shuffle=shuffle, seed=seed,
+                normalizer=self.normalizer, augment=augment,
+            )
+
+    # ----------------------------------------------------------------- description
+    @property
+    def num_networks(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return self.store.widths
+
+    @property
+    def split_bytes(self) -> int:
+        """Size of the split's parameters in memory (float32)."""
+        per_network = sum(math.prod(shape) for shape in self.store.manifest["parameters"].values())
+        return 4 * per_network * self.num_networks
+
+    def __len__(self) -> int:
+        """Batches per epoch (the same for every epoch and worker count)."""
+        full, rest = divmod(self.num_networks, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next iteration produces epoch ``epoch``; each iteration then advances it by one."""
+        self.epoch = int(epoch)
+
+    # ----------------------------------------------------------------- iteration
+    def __iter__(self) -> Iterator[Batch]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        batches = self._memory_epoch(epoch) if self.in_memory else self._stream_epoch(epoch)
+        for batch in batches:
+            yield batch.pin_memory() if self.pin_memory else batch
+
+    def _load_split(self) -> Batch:
+        ws = weightspace_from_arrays(self.store.read(self.start, self.stop))
+        data = Batch(ws, self.targets, torch.arange(self.start, self.stop))
+        if self.augment is None and self.normalizer is not None:  # nothing random: normalize once
+            data = prepare(data, None, self.normalizer, None)
+        return data
+
+    def _memory_epoch(self, epoch: int) -> Iterator[Batch]:
+        generator = derived_generator(self.seed, epoch, ORDER)
+        n = self.num_networks
+        order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
+        stop = n - n % self.batch_size if self.drop_last else n
+        already_normalized = self.augment is None
+        for i in range(0, stop, self.batch_size):
+            batch = self._data.take(order[i : i + self.batch_size])
+            if not already_normalized:
+                batch = prepare(batch, self.augment, self.normalizer, generator)
+            yield batch
+
+    def _stream_epoch(self, epoch: int) -> Iterator[Batch]:
+        self._stream.epoch = epoch
+        if self.num_workers == 0:
+            blocks = iter(self._stream)
+        else:
+            blocks = iter(DataLoader(self._stream, batch_size=None, num_workers=self.num_workers))
+        return rebatch(blocks, self.batch_size, self.drop_last)
+
+    def __repr__(self) -> str:
+        mode = "in memory" if self.in_memory else f"streaming, {self.num_workers} workers"
+        return (f"WeightStoreLoader({self.store.root}, split={self.split!r}, {self.num_networks} networks, "
+                f"batch {self.batch_size}, target={self.target_names}, {mode})")

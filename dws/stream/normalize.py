@@ -1,0 +1,74 @@
+"""Per-entry normalization with a store's statistics, and its inverse.
+
+The statistics are ``(mean, std)`` per parameter entry over the train split
+(``WeightStore.stats()``); a batch is normalized as ``(value - mean) / std``. The inverse is needed
+wherever a model's output is itself a network that must be evaluated with raw weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dws.weightspace import WeightSpace
+from zoo.store import StoreError, WeightStore
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """``mean`` and ``std`` as weight spaces of batch size 1 (they broadcast over a batch)."""
+
+    mean: WeightSpace
+    std: WeightSpace
+
+    @classmethod
+    def from_stats(cls, stats: dict) -> "Normalizer":
+        num_layers = len(stats) // 2
+        missing = [n for m in range(1, num_layers + 1) for n in (f"W{m}", f"b{m}") if n not in stats]
+        if missing or len(stats) != 2 * num_layers:
+            raise StoreError(f"statistics must name W1, b1, ..., WM, bM; got {sorted(stats)}")
+
+        def part(k: int) -> WeightSpace:
+            def get(name):
+                return torch.as_tensor(stats[name][k], dtype=torch.float32).unsqueeze(0)
+
+            return WeightSpace(
+                tuple(get(f"W{m}") for m in range(1, num_layers + 1)),
+                tuple(get(f"b{m}") for m in range(1, num_layers + 1)),
+            )
+
+        return cls(part(0), part(1))
+
+    @classmethod
+    def from_store(cls, store: WeightStore) -> "Normalizer":
+        return cls.from_stats(store.stats())
+
+    def _check(self, ws: WeightSpace) -> None:
+        if ws.widths != self.mean.widths:
+            raise ValueError(f"networks of widths {ws.widths} cannot use statistics for widths {self.mean.widths}")
+
+    def _apply(self, ws: WeightSpace, fn) -> WeightSpace:
+        self._check(ws)
+
+        def stat(t, like):  # a trailing channel dimension shares the entry's statistics
+            t = t.to(device=like.device, dtype=like.dtype)
+            return t.unsqueeze(-1) if like.dim() == t.dim() + 1 else t
+
+        return WeightSpace(
+            tuple(fn(w, stat(m, w), stat(s, w)) for w, m, s in zip(ws.weights, self.mean.weights, self.std.weights)),
+            tuple(fn(b, stat(m, b), stat(s, b)) for b, m, s in zip(ws.biases, self.mean.biases, self.std.biases)),
+        )
+
+    def normalize(self, ws: WeightSpace) -> WeightSpace:
+        return self._apply(ws, lambda x, mean, std: (x - mean) / std)
+
+    def denormalize(self, ws: WeightSpace) -> WeightSpace:
+        """Back to raw weights (e.g. a predicted network, before evaluating it)."""
+        return self._apply(ws, lambda x, mean, std: x * std + mean)
+
+
+def denormalize(ws: WeightSpace, store: WeightStore | Normalizer) -> WeightSpace:
+    """Raw weights from weights normalized with ``store``'s statistics."""
+    normalizer = store if isinstance(store, Normalizer) else Normalizer.from_store(store)
+    return normalizer.denormalize(ws)

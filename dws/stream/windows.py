@@ -1,0 +1,101 @@
+"""The streaming side of the loader: an epoch as a sequence of shuffle windows of whole chunks.
+
+Reading whole chunks in shuffled order is what a Zarr store reads fast (a random batch touches
+every chunk). An epoch visits the split's chunks in a random order, groups them into windows of
+``buffer_chunks`` chunks, and shuffles the networks inside each window. Window ``k`` is produced
+by worker ``k % num_workers`` with its own generator seeded by ``(seed, epoch, k)``, and
+``DataLoader`` returns the workers' outputs round-robin, so the stream of windows -- augmentation
+draws included -- is the same for any number of workers.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from zoo.store import WeightStore
+
+from .batch import Batch, weightspace_from_arrays
+
+ORDER, WINDOW = 0, 1  # generator domains: epoch-level order, per-window shuffle and augmentation
+
+
+def derived_generator(seed: int, epoch: int, domain: int, k: int = 0) -> torch.Generator:
+    """An independent ``torch.Generator`` per ``(seed, epoch, domain, k)``."""
+    state = np.random.SeedSequence([int(seed), int(epoch), domain, int(k)]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed((int(state[0]) << 32) | int(state[1]))
+
+
+def split_pieces(store: WeightStore, split: str) -> list[tuple[int, int]]:
+    """The split's index range cut at chunk boundaries: one ``(start, stop)`` per chunk it touches."""
+    start, stop = store.split_range(split)
+    size = store.chunk_size
+    first = start // size * size
+    return [(max(lo, start), min(lo + size, stop)) for lo in range(first, stop, size)]
+
+
+def prepare(batch: Batch, augment, normalizer, generator) -> Batch:
+    """Augment raw weights (geometric INR augmentations are exact only there), then normalize."""
+    ws = batch.ws
+    if augment is not None:
+        ws = augment(ws, generator)
+    if normalizer is not None:
+        ws = normalizer.normalize(ws)
+    return Batch(ws, batch.target, batch.index)
+
+
+class WindowStream(IterableDataset):
+    """Yields one prepared :class:`Batch` per shuffle window (this worker's share of the windows).
+
+    ``targets`` covers the split (row 0 is network ``split_start``). Set :attr:`epoch` before
+    iterating; workers receive a copy of this object when a ``DataLoader`` starts them.
+    """
+
+    def __init__(self, root, pieces, split_start: int, targets: torch.Tensor, *, buffer_chunks: int,
+                 shuffle: bool, seed: int, normalizer=None, augment=None):
+        super().__init__()
+        self.root, self.pieces, self.split_start, self.targets = str(root), pieces, split_start, targets
+        self.buffer_chunks, self.shuffle, self.seed = buffer_chunks, shuffle, seed
+        self.normalizer, self.augment = normalizer, augment
+        self.epoch = 0
+        self._arrays, self._pid = None, None
+
+    def windows(self, epoch: int) -> list[list[tuple[int, int]]]:
+        order = range(len(self.pieces))
+        if self.shuffle:
+            order = torch.randperm(len(self.pieces), generator=derived_generator(self.seed, epoch, ORDER)).tolist()
+        pieces = [self.pieces[i] for i in order]
+        return [pieces[i : i + self.buffer_chunks] for i in range(0, len(pieces), self.buffer_chunks)]
+
+    def _read(self, lo: int, hi: int) -> dict:
+        """Rows ``lo..hi-1`` of every array; handles are opened once per process (a forked worker
+        opens its own), which halves the Zarr calls of ``WeightStore.read``."""
+        if self._pid != os.getpid():
+            store = WeightStore(self.root)
+            self._arrays = {name: store.group[name] for name in store.parameter_names}
+            self._pid = os.getpid()
+        return {name: array[lo:hi] for name, array in self._arrays.items()}
+
+    def load(self, k: int, window: list[tuple[int, int]], epoch: int) -> Batch:
+        parts = [
+            Batch(weightspace_from_arrays(self._read(lo, hi)),
+                  self.targets[lo - self.split_start : hi - self.split_start], torch.arange(lo, hi))
+            for lo, hi in window
+        ]
+        block = Batch.cat(parts)
+        generator = derived_generator(self.seed, epoch, WINDOW, k)
+        if self.shuffle:
+            block = block.take(torch.randperm(len(block), generator=generator))
+        return prepare(block, self.augment, self.normalizer, generator)
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        epoch = self.epoch
+        for k, window in enumerate(self.windows(epoch)):
+            if k % workers == worker:
+                yield self.load(k, window, epoch)
+

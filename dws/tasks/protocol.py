@@ -1,0 +1,44 @@
+"""The paper's protocol: pick the learning rate on validation, then report mean ± std over seeds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+
+from .objectives import Task
+from .trainer import TrainConfig, TrainResult
+
+PAPER_LRS = (5e-3, 1e-3, 5e-4, 1e-4)
+
+
+def run_protocol(
+    fit: Callable[[TrainConfig], TrainResult],
+    task: Task,
+    config: TrainConfig,
+    lrs=PAPER_LRS,
+    seeds: int = 3,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """``fit(config)`` trains one model; returns the search, per-seed results and the summary."""
+    search = {}
+    best_lr, best_val, best_result = None, None, None
+    for lr in lrs:
+        result = fit(replace(config, lr=lr, seed=config.seed))
+        val = result.best_val[task.metric]
+        search[str(lr)] = val
+        log(f"lr {lr:g}: val {task.metric} {val:.4f}")
+        if task.better(val, best_val):
+            best_lr, best_val, best_result = lr, val, result
+    runs = [best_result] + [fit(replace(config, lr=best_lr, seed=config.seed + s)) for s in range(1, seeds)]
+    tests = np.array([r.test[task.metric] for r in runs])
+    return {
+        "lr": best_lr,
+        "lr_search": search,
+        "seeds": [config.seed + s for s in range(seeds)],
+        "test": [r.test for r in runs],
+        "val": [r.best_val for r in runs],
+        "summary": {task.metric: {"mean": float(tests.mean()), "std": float(tests.std())}},
+        "results": runs,
+    }

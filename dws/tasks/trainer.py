@@ -1,0 +1,120 @@
+"""The training loop shared by every model and task: AdamW, per-epoch validation, best checkpoint.
+
+Model selection follows the paper's protocol: the validation metric picks the best epoch (early
+stopping), and the test metrics reported are those of that epoch's parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from dws.weightspace import WeightSpace
+
+from .objectives import Task, linear_probe_mse, nt_xent, ssl_views, supervised_loss, supervised_metrics
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 10
+    lr: float = 1e-3
+    weight_decay: float = 5e-4
+    seed: int = 0
+    patience: int | None = None  # stop after this many epochs without a better validation metric
+    device: str = "cpu"
+    progress: bool = True
+    temperature: float = 0.1  # NT-Xent, SSL only
+
+
+@dataclass
+class TrainResult:
+    best_epoch: int
+    best_val: dict
+    test: dict
+    history: list[dict] = field(default_factory=list)
+    state_dict: dict | None = None
+    seconds: float = 0.0
+
+
+def _to(batch, device):
+    return batch.ws.to(device), batch.target.to(device)
+
+
+@torch.no_grad()
+def predict(model, loader: Iterable, device: str) -> tuple[Tensor, Tensor]:
+    model.eval()
+    outs, targets = [], []
+    for batch in loader:
+        ws, target = _to(batch, device)
+        outs.append(model(ws).float().cpu())
+        targets.append(target.cpu())
+    return torch.cat(outs), torch.cat(targets)
+
+
+def evaluate(model, task: Task, loader: Iterable, device: str, probe_train: Iterable | None = None) -> dict:
+    """Metrics of ``model`` on ``loader``; SSL fits its linear probe on ``probe_train``."""
+    outputs, targets = predict(model, loader, device)
+    if task.name == "ssl":
+        train_z, train_y = predict(model, probe_train, device)
+        mse = linear_probe_mse(train_z.numpy(), train_y.numpy(), outputs.numpy(), targets.numpy())
+        return {"probe_mse": mse}
+    loss = float(supervised_loss(task, outputs, targets))
+    return supervised_metrics(task, outputs, targets, loss)
+
+
+def train(
+    model: torch.nn.Module,
+    task: Task,
+    loaders: dict[str, Iterable],
+    config: TrainConfig,
+    augment: Callable[[WeightSpace], WeightSpace] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> TrainResult:
+    """Train on ``loaders["train"]``, select on ``loaders["val"]``, report ``loaders["test"]``."""
+    torch.manual_seed(config.seed)
+    gen = torch.Generator().manual_seed(config.seed)
+    device = config.device
+    model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    best, best_state, best_epoch, history, stale = None, None, -1, [], 0
+    t0 = time.perf_counter()
+    bar = tqdm(range(config.epochs), desc=f"train {task.name}", disable=not config.progress, dynamic_ncols=True)
+    for epoch in bar:
+        model.train()
+        losses = []
+        for batch in loaders["train"]:
+            ws, target = _to(batch, device)
+            if augment is not None:
+                ws = augment(ws)
+            if task.name == "ssl":
+                loss = nt_xent(model(ssl_views(ws, None)), model(ssl_views(ws, None)), config.temperature)
+            else:
+                loss = supervised_loss(task, model(ws), target)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"epoch {epoch}: training loss is {loss.item()}; lower the learning rate")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        val = evaluate(model, task, loaders["val"], device, loaders.get("probe"))
+        history.append({"epoch": epoch, "train_loss": float(np.mean(losses)), **{f"val_{k}": v for k, v in val.items()}})
+        if task.better(val[task.metric], None if best is None else best[task.metric]):
+            best, best_epoch, stale = val, epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            stale += 1
+        bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}", **{f"val_{task.metric}": f"{val[task.metric]:.4f}"})
+        if config.patience is not None and stale >= config.patience:
+            break
+    bar.close()
+    model.load_state_dict(best_state)
+    test = evaluate(model, task, loaders["test"], device, loaders.get("probe"))
+    return TrainResult(best_epoch, best, test, history, best_state, time.perf_counter() - t0)

@@ -1,0 +1,54 @@
+"""What every paper-result pipeline shares: scales, running `zoo` steps, and the markdown report."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from dws.tasks.run import TrainOptions, train_run
+from zoo.generate.run import GenerateOptions, generate
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    generate: dict  # GenerateOptions overrides
+    train: dict  # TrainOptions overrides
+
+
+def parse_args(description: str, default_out: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--scale", choices=("ci", "full"), default="ci",
+                   help="ci: minutes on a 2-core CPU with offline real data; full: the paper's protocol (GPU)")
+    p.add_argument("--out", default=default_out, help="folder for stores, runs and the report")
+    p.add_argument("--data-root", default=None, help="data folder for --scale full (official files)")
+    p.add_argument("--workers", type=int, default=2, help="zoo generate workers (Ray)")
+    p.add_argument("--models", default=None, help="comma-separated subset of the models to train")
+    return p.parse_args()
+
+
+def make_store(out: Path, name: str, log=print, **options) -> Path:
+    """Generate (or resume, or reuse) a store under ``out/stores``."""
+    path = out / "stores" / name
+    generate(GenerateOptions(out=str(path), **options), log=log)
+    return path
+
+
+def train(store: Path, out: Path, model: str, task: str, log=print, **options) -> dict:
+    run_dir = out / "runs" / f"{store.name}-{model}-{task}"
+    return train_run(TrainOptions(store=str(store), model=model, task=task, out=str(run_dir), **options), log=log)
+
+
+def fmt(summary: dict, metric: str, scale: float = 1.0) -> str:
+    s = summary[metric]
+    return f"{s['mean'] * scale:.2f} ± {s['std'] * scale:.2f}"
+
+
+def write_report(path: Path, title: str, header: list[str], rows: list[list[str]], notes: list[str]) -> Path:
+    lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += [""] + [f"- {n}" for n in notes] + [""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,56 @@
+"""``zoo train`` / ``zoo eval``: run directories, re-evaluation and refusal of incompatible stores."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dws.tasks.objectives import nt_xent
+from dws.tasks.run import TrainOptions, evaluate_run, train_run
+from zoo.generate.run import GenerateOptions, generate
+from zoo.store import StoreError
+
+QUIET = dict(progress=False)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "dws"
+    metrics = train_run(TrainOptions(store=str(tiny_store), model="dwsnet", epochs=2, lr=1e-3, batch_size=16,
+                                     hidden_channels=8, out=str(out), **QUIET), log=lambda *_: None)
+    return out, metrics
+
+
+def test_run_directory_holds_config_metrics_checkpoint_and_curve(trained_run):
+    out, metrics = trained_run
+    for name in ("config.json", "metrics.json", "best.pt", "curve.png"):
+        assert (out / name).stat().st_size > 0
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["test"][0]["accuracy"] == metrics["test"][0]["accuracy"]
+    assert len(saved["history"][0]) == 2 and 0 <= saved["best_epoch"][0] < 2
+    assert 0.0 <= saved["summary"]["accuracy"]["mean"] <= 1.0
+
+
+def test_eval_reproduces_the_test_metric(trained_run, tiny_store):
+    out, metrics = trained_run
+    again = evaluate_run(out, tiny_store)
+    assert again["accuracy"] == pytest.approx(metrics["test"][0]["accuracy"], abs=1e-6)
+
+
+def test_eval_refuses_an_incompatible_store(trained_run, tmp_path):
+    out, _ = trained_run
+    sines = tmp_path / "sines"
+    generate(GenerateOptions(kind="sine-regression", out=str(sines), limit=6, chunk_size=8, steps=2,
+                             progress=False), log=lambda *_: None)
+    with pytest.raises(StoreError, match="incompatible"):
+        evaluate_run(out, sines)
+
+
+def test_nt_xent_prefers_matching_views():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(16, 8, generator=g)
+    aligned = nt_xent(z, z + 0.01 * torch.randn(16, 8, generator=g))
+    shuffled = nt_xent(z, z[torch.randperm(16, generator=g)])
+    assert aligned < shuffled
+    assert np.isfinite(aligned.item())

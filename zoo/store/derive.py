@@ -1,0 +1,45 @@
+"""Write a whole store from arrays in memory: for stores derived from another (e.g. aligned weights).
+
+The result is an ordinary complete store (same format, fresh normalization statistics), so every
+reader and loader works on it unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from .format import parameter_shapes
+from .stats import Moments, write_stats
+from .writer import chunk_bounds, consolidate_rows, create_store, finalize, mark_chunks_complete, write_chunk
+
+
+def write_store(
+    root: str | Path,
+    *,
+    widths,
+    params: dict[str, np.ndarray],
+    rows: pa.Table,
+    splits: dict[str, dict],
+    metadata: dict,
+    chunk_size: int = 1024,
+    overwrite: bool = False,
+) -> Path:
+    """``params[name]`` is ``[N, ...]`` for every parameter of ``widths``; ``rows`` has N rows."""
+    n = rows.num_rows
+    manifest = create_store(root, widths=widths, num_networks=n, chunk_size=chunk_size, splits=splits,
+                            metadata=metadata, overwrite=overwrite)
+    train_stop = splits["train"]["start"] + splits["train"]["count"]
+    moments = Moments.of({k: np.zeros((0, *s)) for k, s in parameter_shapes(widths).items()})
+    for chunk in range(manifest["num_chunks"]):
+        lo, hi = chunk_bounds(manifest, chunk)
+        part = {k: v[lo:hi] for k, v in params.items()}
+        write_chunk(root, chunk, part, rows.slice(lo, hi - lo))
+        if lo < train_stop:
+            moments = moments.combine(Moments.of({k: v[: train_stop - lo] for k, v in part.items()}))
+    mark_chunks_complete(root, manifest, range(manifest["num_chunks"]))
+    consolidate_rows(root, manifest)
+    finalize(root, manifest, {"normalization": write_stats(root, moments)})
+    return Path(root)
