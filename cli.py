@@ -117,6 +117,7 @@ def show(store, out, count, data_root):
 @click.option("--loader-workers", type=int, default=0, show_default=True)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--patience", type=int, default=None, help="Stop after this many epochs without validation progress.")
+@click.option("--train-limit", type=int, default=None, help="Train on the first N train networks only (size sweeps).")
 def train(store, **kw):
     """Train a model on a store's train split, select on val, report test (see docs/train.md)."""
     from dws.tasks.run import TrainOptions, train_run

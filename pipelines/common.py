@@ -17,10 +17,11 @@ class Scale:
     train: dict  # TrainOptions overrides
 
 
-def parse_args(description: str, default_out: str) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--scale", choices=("ci", "full"), default="ci",
-                   help="ci: minutes on a 2-core CPU with offline real data; full: the paper's protocol (GPU)")
+def parse_args(description: str, default_out: str, scales=("ci", "full")) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", choices=scales, default="ci",
+                   help="ci: minutes on a 2-core CPU with offline real data; full: the paper's protocol (GPU); "
+                        "smoke: seconds, for the tests")
     p.add_argument("--out", default=default_out, help="folder for stores, runs and the report")
     p.add_argument("--data-root", default=None, help="data folder for --scale full (official files)")
     p.add_argument("--workers", type=int, default=2, help="zoo generate workers (Ray)")

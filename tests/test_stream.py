@@ -294,3 +294,14 @@ def test_noise_and_dropout_statistics():
         torch.testing.assert_close(kept, torch.full_like(kept, 1 / (1 - p)))
         assert abs(dropped.mean() - 1) < 0.03  # the mean survives
         assert (WeightDropout(p, rescale=False)(ones, gen).flatten().unique() == torch.tensor([0.0, 1.0])).all()
+
+
+def test_limit_keeps_the_first_networks_of_the_split(tiny_store):
+    from dws.stream import WeightStoreLoader
+
+    for in_memory in (True, False):
+        loader = WeightStoreLoader(tiny_store, "train", batch_size=4, limit=7, in_memory=in_memory, seed=3)
+        seen = sorted(i for b in loader for i in b.index.tolist())
+        start, _ = loader.store.split_range("train")
+        assert seen == list(range(start, start + 7))
+        assert len(loader) == 2

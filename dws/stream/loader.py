@@ -50,6 +50,8 @@ class WeightStoreLoader:
         buffer_chunks: chunks per shuffle window when streaming.
         in_memory: force a mode; None chooses memory when the split fits in ``ram_budget`` bytes.
         pin_memory: pin each batch (for fast copies to an accelerator).
+        limit: use only the split's first ``limit`` networks (training-set-size sweeps; stores are
+            laid out in source order, so for shuffled sources this is a random subset).
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class WeightStoreLoader:
         in_memory: bool | None = None,
         ram_budget: int = DEFAULT_RAM_BUDGET,
         pin_memory: bool = False,
+        limit: int | None = None,
     ):
         if batch_size < 1 or buffer_chunks < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1, buffer_chunks >= 1, num_workers >= 0; got "
@@ -76,6 +79,10 @@ class WeightStoreLoader:
         self.store = store if isinstance(store, WeightStore) else WeightStore(store)
         self.split = split
         self.start, self.stop = self.store.split_range(split)
+        if limit is not None:
+            if limit < 1:
+                raise ValueError(f"limit must be positive, got {limit}")
+            self.stop = min(self.stop, self.start + limit)
         if self.stop <= self.start:
             raise StoreError(f"{self.store.root}: split {split!r} is empty")
         self.target_names = target_names(self.store, target)
@@ -89,7 +96,7 @@ class WeightStoreLoader:
             self._data = self._load_split()
         else:
             self._stream = WindowStream(
-                self.store.root, split_pieces(self.store, split), self.start, self.targets,
+                self.store.root, split_pieces(self.store, split, self.stop), self.start, self.targets,
                 buffer_chunks=buffer_chunks, shuffle=shuffle, seed=seed,
                 normalizer=self.normalizer, augment=augment,
             )

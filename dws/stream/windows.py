@@ -29,9 +29,10 @@ def derived_generator(seed: int, epoch: int, domain: int, k: int = 0) -> torch.G
     return torch.Generator().manual_seed((int(state[0]) << 32) | int(state[1]))
 
 
-def split_pieces(store: WeightStore, split: str) -> list[tuple[int, int]]:
-    """The split's index range cut at chunk boundaries: one ``(start, stop)`` per chunk it touches."""
-    start, stop = store.split_range(split)
+def split_pieces(store: WeightStore, split: str, stop: int | None = None) -> list[tuple[int, int]]:
+    """The split's index range (up to ``stop``) cut at chunk boundaries: one ``(start, stop)`` per chunk."""
+    start, split_stop = store.split_range(split)
+    stop = split_stop if stop is None else min(stop, split_stop)
     size = store.chunk_size
     first = start // size * size
     return [(max(lo, start), min(lo + size, stop)) for lo in range(first, stop, size)]

@@ -51,6 +51,7 @@ class TrainOptions:
     loader_workers: int = 0
     device: str = "auto"
     patience: int | None = None
+    train_limit: int | None = None  # train on the first N networks of the train split only
     progress: bool = True
 
 
@@ -119,12 +120,12 @@ def train_run(opts: TrainOptions, log=print) -> dict:
         common = dict(batch_size=opts.batch_size, target=task.target, seed=seed, num_workers=opts.loader_workers)
         out = {
             "train": WeightStoreLoader(data_store, "train", shuffle=True, augment=augment,
-                                       drop_last=task.name == "ssl", **common),
+                                       drop_last=task.name == "ssl", limit=opts.train_limit, **common),
             "val": WeightStoreLoader(data_store, "val", shuffle=False, **common),
             "test": WeightStoreLoader(data_store, "test", shuffle=False, **common),
         }
         if task.name == "ssl":
-            out["probe"] = WeightStoreLoader(data_store, "train", shuffle=False, **common)
+            out["probe"] = WeightStoreLoader(data_store, "train", shuffle=False, limit=opts.train_limit, **common)
         return out
 
     def fit(config: TrainConfig) -> TrainResult:

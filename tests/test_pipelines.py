@@ -1,0 +1,38 @@
+"""Every pipeline runs end to end at its tiny ``smoke`` scale and writes its report."""
+
+import json
+
+import pytest
+
+from pipelines import inr_classification, sine_regression
+
+QUIET = dict(log=lambda *_: None)
+
+
+def test_inr_classification_pipeline(tmp_path):
+    report = inr_classification.run("smoke", tmp_path, workers=1, **QUIET)
+    text = report.read_text()
+    assert "85.71 ± 0.57" in text and "DWSNets" in text and "MLP" in text
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results) == {"mlp", "dwsnet"}
+    assert all(0 <= r["accuracy"]["mean"] <= 1 for r in results.values())
+
+
+def test_sine_regression_pipeline(tmp_path):
+    report = sine_regression.run("smoke", tmp_path, workers=1, **QUIET)
+    assert (tmp_path / "mse_vs_train_size.png").stat().st_size > 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["dwsnet"]) == {"4", "16"}
+    assert all(v["mean"] >= 0 for r in results.values() for v in r.values())
+    assert "| 16 |" in report.read_text()
+
+
+def test_ssl_pipeline(tmp_path):
+    from pipelines import ssl_dense
+
+    report = ssl_dense.run("smoke", tmp_path, workers=1, **QUIET)
+    assert "1.39 ± 0.06" in report.read_text()
+    for model in ("dwsnet", "mlp"):
+        assert (tmp_path / f"tsne-{model}.png").stat().st_size > 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert all(r["probe_mse"]["mean"] > 0 for r in results.values())
