@@ -53,3 +53,17 @@ def write_report(path: Path, title: str, header: list[str], rows: list[list[str]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
     return path
+
+
+def variant_table(store: Path, out: Path, title: str, scale_name: str, train_options: dict,
+                  variants: dict[str, dict], paper: dict[str, str], log=print) -> Path:
+    """Train DWSNet once per variant (keyword overrides) and tabulate test accuracy beside the paper."""
+    rows = []
+    for name, overrides in variants.items():
+        run_out = out / name.replace(" ", "").replace("+", "_")
+        metrics = train(store, run_out, "dwsnet", "classify", log=log, progress=scale_name != "smoke",
+                        **{**train_options, **overrides})
+        rows.append([name, paper[name], fmt(metrics["summary"], "accuracy", 100), f"{metrics['params']:,}"])
+    return write_report(out / "report.md", f"{title}, scale {scale_name}",
+                        ["variant", "paper (test acc. %)", "ours (test acc. %)", "# params"], rows,
+                        [f"store: {store}", f"training: {train_options}"])

@@ -47,12 +47,17 @@ SCALES = {
 MODELS = {"smoke": ("mlp", "dwsnet"), "ci": ("mlp", "mlp-align", "dwsnet"), "full": tuple(PAPER)}
 
 
-def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print) -> Path:
-    scale = SCALES[scale_name]
-    gen = dict(scale.generate, workers=workers, progress=scale_name != "smoke")
+def mnist_store(scale_name: str, out: Path, workers: int, data_root=None, log=print) -> Path:
+    """The scale's MNIST-INR store (shared by the classification, ablation and BN/DA pipelines)."""
+    gen = dict(SCALES[scale_name].generate, workers=workers, progress=scale_name != "smoke")
     if data_root:
         gen["data_root"] = data_root
-    store = make_store(out, f"{scale_name}-mnist-inr", log=log, **gen)
+    return make_store(out, f"{scale_name}-mnist-inr", log=log, **gen)
+
+
+def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print) -> Path:
+    scale = SCALES[scale_name]
+    store = mnist_store(scale_name, out, workers, data_root, log)
     models = models or MODELS[scale_name]
     results = {}
     for model in models:

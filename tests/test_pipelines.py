@@ -36,3 +36,14 @@ def test_ssl_pipeline(tmp_path):
         assert (tmp_path / f"tsne-{model}.png").stat().st_size > 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert all(r["probe_mse"]["mean"] > 0 for r in results.values())
+
+
+@pytest.mark.parametrize("name", ["ablation", "bn_augmentation", "multiview"])
+def test_dwsnet_variant_pipelines(tmp_path, name):
+    import importlib
+
+    module = importlib.import_module(f"pipelines.{name}")
+    text = module.run("smoke", tmp_path, workers=1, **QUIET).read_text()
+    for paper_value in list(module.PAPER.values())[:2]:
+        assert paper_value in text
+    assert text.count("\n|") >= 3  # header, rule, at least one result row
