@@ -1,6 +1,6 @@
 """Forward+backward throughput and peak memory of the MNIST-INR DWSNet: fused layer vs block-by-block.
 
-    python benchmarks/dws_throughput.py [--batches 64 512] [--iters 6] [--threads 2]
+    python benchmarks/dws_throughput.py [--batches 64 512] [--iters 6] [--threads 2] [--malloc-tuning]
 
 Both models hold the same parameters (the reference wraps the fused model's DWS layers, see
 ``dws/nn/reference.py``); their outputs are compared first. Each measurement runs in a fresh
@@ -10,6 +10,9 @@ forward and backward pass, including PyTorch's C++ buffers that ``tracemalloc`` 
 Throughput is the batch size over the median wall time of ``--iters`` timed steps after one warm-up.
 Workers run with ``OMP_WAIT_POLICY=PASSIVE`` (unless set): on a shared 2-core machine, spinning
 OpenMP threads otherwise collapse 2-thread throughput whenever another process holds a core.
+``--malloc-tuning`` also sets glibc's ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` for both
+implementations' workers, so freed large tensors are reused instead of being returned to the OS and
+page-faulted in again (page faults are very expensive in this sandbox: ~3-6 us per 4 KiB page).
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=6)
     parser.add_argument("--ref-iters", type=int, default=3, help="timed steps for the (slow) reference")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--malloc-tuning", action="store_true",
+                        help="keep freed large buffers in glibc's heap (fewer page faults), both implementations")
     parser.add_argument("--worker", nargs=2, metavar=("IMPL", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -91,7 +96,8 @@ def main() -> None:
     model, _ = build("fused", 1)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"MNIST-INR DWSNet {dwsnet_mnist_inr_config()['widths']}, 4 DWS layers, {n_params:,} parameters, "
-          f"torch {torch.__version__}, {args.threads} threads")
+          f"torch {torch.__version__}, {args.threads} threads, malloc tuning {'on' if args.malloc_tuning else 'off'}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(f"max |fused - block-by-block| on the logits: {check_same_function():.2e}")
     rows = []
     for batch in args.batches:
@@ -100,6 +106,8 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--worker", impl, str(batch), "--iters", str(iters),
                    "--threads", str(args.threads)]
             env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+            if args.malloc_tuning:
+                env.update(MALLOC_MMAP_THRESHOLD_="4000000000", MALLOC_TRIM_THRESHOLD_="8000000000")
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
             rows.append(json.loads(out))
     print(f"{'batch':>5}  {'implementation':<15} {'samples/s (median)':>19} {'(best)':>8} {'peak MiB':>9} {'speed-up':>9}")

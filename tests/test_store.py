@@ -131,3 +131,26 @@ def test_writer_refuses_nan_parameters(tiny_store, tmp_path):
     with pytest.raises(StoreError, match="NaN"):
         write_chunk(root, 0, params, rows)
     assert np.isfinite(WeightStore(root).read_chunk(0)["W2"]).all()  # nothing was overwritten
+
+
+def test_stored_inrs_load_into_siren_pytorch(tiny_store):
+    """Every convention the manifest states is enough to rebuild the networks in siren-pytorch."""
+    siren_pytorch = pytest.importorskip("siren_pytorch")
+    import torch
+
+    store = WeightStore(tiny_store)
+    arch = store.manifest["architecture"]
+    assert arch["siren_pytorch"]["exact"]
+    indices = [0, 23, 59]
+    expected = decode(store, indices)
+    h, w, _ = store.manifest["source"]["image_shape"]
+    yy, xx = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
+    coords = torch.stack([yy, xx], -1).reshape(-1, 2)
+    for k, i in enumerate(indices):
+        net = siren_pytorch.SirenNet(**arch["siren_pytorch"]["kwargs"])
+        params = store.read(i, i + 1)
+        with torch.no_grad():
+            for m, layer in enumerate(list(net.layers) + [net.last_layer], start=1):
+                layer.weight.copy_(torch.from_numpy(params[f"W{m}"][0]))
+                layer.bias.copy_(torch.from_numpy(params[f"b{m}"][0]))
+            np.testing.assert_allclose(net(coords).numpy(), expected[k], atol=1e-4)

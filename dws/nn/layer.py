@@ -115,29 +115,63 @@ class DWSLayer(nn.Module):
     def forward(self, ws: WeightSpace) -> WeightSpace:
         ws = prepare_input(ws, self.widths, self.in_channels, type(self).__name__)
         pooled = PooledInputs(dict(zip(self.slots, ws.weights + ws.biases)), self.pool)
+        pooled.prefetch((s, g.kept) for g in self.groups for s in g.members)
         terms: dict[Slot, list[Tensor]] = {s: [] for s in self.slots}
         for group, weight in zip(self.groups, self.group_weights):
             feats = [pooled.features(s, group.kept) for s in group.members]
             y = torch.matmul(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0], weight)
-            sizes = [s.free_size * self.out_channels for s in group.members]
-            for s, part in zip(group.members, y.split(sizes, dim=-1)):
+            if len(group.members) == 1:  # no split: keeps e.g. the identity term a fresh tensor
+                parts: Sequence[Tensor] = (y,)
+            else:
+                parts = y.split([s.free_size * self.out_channels for s in group.members], dim=-1)
+            for s, part in zip(group.members, parts):
                 terms[s].append(from_features(part, s, group.kept, self.widths))
         out = [self._assemble(s, terms[s], ws.batch_size) for s in self.slots]
         M = len(self.widths) - 1
         return WeightSpace(tuple(out[:M]), tuple(out[M:]))
 
     def _assemble(self, slot: Slot, terms: list[Tensor], batch_size: int) -> Tensor:
-        """Sum a slot's broadcast terms, smallest first, so only the last one or two adds are full size."""
-        terms = sorted(terms, key=Tensor.numel)
-        if self.slot_bias is not None:
-            terms.insert(0, self.slot_bias[slot.name])
+        """Sum a slot's broadcast terms with as few full-size passes as possible.
+
+        Terms whose shapes nest (e.g. the global pool term and the bias into a row term) are summed
+        while small; what is left is added **in place** into the full-size term when there is one
+        that this layer owns (a fresh matmul output: the channel-mixing identity term), so e.g. a
+        hidden weight's output costs its matmul plus one pass per broadcast direction.
+        """
         shape = (batch_size, *(self.widths[a] for a in slot.axes), self.out_channels)
+        if self.slot_bias is not None:
+            terms = [self.slot_bias[slot.name]] + terms
         if not terms:
             return terms_zero(shape, self.group_weights[0] if len(self.group_weights) else None)
-        acc = terms[0]
-        for t in terms[1:]:
-            acc = acc + t
+        full = next((t for t in terms if tuple(t.shape) == shape and _owned(t)), None)
+        small = _fold_nested(sorted((t for t in terms if t is not full), key=Tensor.numel))
+        if full is not None:
+            for t in small:
+                full.add_(t)
+            return full
+        acc = small[0]
+        for t in small[1:]:
+            acc = acc.add_(t) if tuple(acc.shape) == shape and acc is not small[0] else acc + t
         return acc.expand(shape)
+
+
+def _owned(t: Tensor) -> bool:
+    """A tensor produced inside the layer that nothing else references (safe to add into in place)."""
+    return not t._is_view() and not (t.is_leaf and t.requires_grad)
+
+
+def _fold_nested(terms: list[Tensor]) -> list[Tensor]:
+    """Sum terms (sorted by size) whose shapes broadcast into another term's shape: the result has
+    that term's (small) shape. Terms broadcasting along different axes stay separate."""
+    out: list[Tensor] = []
+    for t in terms:
+        for k, s in enumerate(out):
+            if torch.broadcast_shapes(s.shape, t.shape) == t.shape:
+                out[k] = t + s
+                break
+        else:
+            out.append(t)
+    return out
 
 
 def terms_zero(shape, like: Tensor | None) -> Tensor:

@@ -26,7 +26,8 @@ def from_features(y: Tensor, slot: Slot, kept: tuple[int, ...], widths) -> Tenso
     """Inverse of :func:`to_features` for an output ``[B, *kept, free*C]``, as a view shaped like
     the slot with size-1 axes where it is to be broadcast (the set axes not in ``kept``)."""
     free_sizes = [widths[a] for a in slot.free_axes]
-    y = y.reshape(*y.shape[:-1], *free_sizes, -1)
+    if free_sizes:  # (no reshape otherwise: the result stays a fresh tensor, not a view)
+        y = y.reshape(*y.shape[:-1], *free_sizes, -1)
     present = list(kept) + list(slot.free_axes)
     target = [a for a in slot.axes if a in present]
     order = [1 + present.index(a) for a in target]

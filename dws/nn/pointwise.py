@@ -71,14 +71,15 @@ def batch_norm_relu_train(x: torch.Tensor, bn: nn.BatchNorm1d) -> torch.Tensor:
     n = x.shape[0]
     with torch.no_grad():
         mean = _channel_sum(x) / n
-        var = _channel_sum(x * x) / n - mean * mean
+        sq = torch.mul(x, x)  # its buffer is reused for the output (fresh large buffers cost page faults)
+        var = _channel_sum(sq) / n - mean * mean
         var.clamp_(min=0)
         if bn.track_running_stats and bn.running_mean is not None:
             bn.num_batches_tracked += 1
             m = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
             bn.running_mean.lerp_(mean, m)
             bn.running_var.lerp_(var * n / max(n - 1, 1), m)
-    return _BatchNormReLU.apply(x, mean, torch.rsqrt(var + bn.eps), bn.weight, bn.bias)
+    return _BatchNormReLU.apply(x, mean, torch.rsqrt(var + bn.eps), bn.weight, bn.bias, [sq])
 
 
 class _BatchNormReLU(torch.autograd.Function):
@@ -90,9 +91,11 @@ class _BatchNormReLU(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, mean, invstd, gamma, beta):
+    def forward(ctx, x, mean, invstd, gamma, beta, buffer=()):
+        # ``buffer``: optionally a list holding a scratch [N, C] tensor to write the output into
+        # (a list, so autograd does not see it as an input)
         scale = gamma * invstd
-        y = _channel_addcmul(beta - mean * scale, x, scale).relu_()
+        y = _channel_addcmul(beta - mean * scale, x, scale, out=buffer[0] if buffer else None).relu_()
         ctx.save_for_backward(x, y, mean, invstd, gamma)
         return y
 
@@ -102,13 +105,16 @@ class _BatchNormReLU(torch.autograd.Function):
         n = x.shape[0]
         g = torch.ops.aten.threshold_backward(grad.contiguous(), y, 0.0)
         sum_g = _channel_sum(g)
-        sum_g_xhat = invstd * (_channel_sum(g * x) - mean * sum_g)
+        gx = torch.mul(g, x)
+        sum_g_xhat = invstd * (_channel_sum(gx) - mean * sum_g)
         scale = gamma * invstd
         # dx = scale * (g - sum_g / n - xhat * sum_g_xhat / n), xhat = (x - mean) * invstd
         a = -scale * invstd * sum_g_xhat / n
         b = -scale * sum_g / n - a * mean
-        dx = _channel_addcmul(_channel_addcmul(b, x, a), g, scale)
-        return dx, None, None, sum_g_xhat, sum_g
+        dx = _channel_addcmul(b, x, a, out=gx)  # two large buffers in all (fresh ones cost page faults)
+        k = _rows_per_view(x)
+        dx.view(-1, k * x.shape[1]).addcmul_(g.view(-1, k * x.shape[1]), scale.repeat(k))
+        return dx, None, None, sum_g_xhat, sum_g, None
 
 
 def _rows_per_view(x: torch.Tensor) -> int:
@@ -117,12 +123,15 @@ def _rows_per_view(x: torch.Tensor) -> int:
     return math.gcd(x.shape[0], 64)
 
 
-def _channel_addcmul(shift, x, scale):
-    """``shift + x * scale`` for ``x`` [N, C], ``scale`` [C] and ``shift`` [C] or [N, C]."""
+def _channel_addcmul(shift, x, scale, out=None):
+    """``shift + x * scale`` for ``x`` [N, C], ``scale`` [C] and ``shift`` [C] or [N, C] (written
+    into ``out`` [N, C] if given)."""
     k = _rows_per_view(x)
     wide = x.reshape(-1, k * x.shape[1])
     shift = shift.repeat(k) if shift.dim() == 1 else shift.reshape(wide.shape)
-    return torch.addcmul(shift, wide, scale.repeat(k)).view(x.shape)
+    if out is None:
+        return torch.addcmul(shift, wide, scale.repeat(k)).view(x.shape)
+    return torch.addcmul(shift, wide, scale.repeat(k), out=out.view(wide.shape)).view(x.shape)
 
 
 def _channel_sum(x):

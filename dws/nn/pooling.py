@@ -10,7 +10,7 @@ All compose: pooling two axes one after the other equals pooling both at once, w
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import torch
 
@@ -28,25 +28,43 @@ def check_pool(pool: str) -> str:
 
 
 class MaxOverDims(torch.autograd.Function):
-    """``amax`` whose backward sends the gradient to the maximal entries through one mask pass.
+    """``amax`` over one or several dim sets of the same input, with a backward that sends each
+    pooled gradient to the maximal entries.
 
-    PyTorch's ``amax`` backward splits the gradient evenly between ties, which costs a count
-    reduction and three more passes over the (large) input; exact ties between distinct entries
+    ``MaxOverDims.apply(x, dims_1, dims_2, ...)`` returns one pooled tensor per dim set, so all pools
+    taken directly from one (large) tensor share a single autograd node: its backward builds the
+    input gradient in one buffer (a comparison written straight into a float buffer, then an
+    in-place multiply-add per pool) instead of one masked tensor per pool plus autograd's
+    accumulation adds. PyTorch's ``amax`` backward splits the gradient evenly between ties, which
+    costs a count reduction and more passes over the input; exact ties between distinct entries
     have probability zero for real-valued features (and tied zeros after a ReLU get no gradient
     through it anyway), so each maximal entry simply receives the full gradient.
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, dims: tuple[int, ...]) -> Tensor:
-        y = x.amax(dim=dims, keepdim=True)
-        ctx.save_for_backward(x, y)
-        ctx.dims = dims
-        return y.squeeze(dims)
+    def forward(ctx, x: Tensor, *dims_list: tuple[int, ...]):
+        ctx.set_materialize_grads(False)
+        pooled = [x.amax(dim=dims, keepdim=True) for dims in dims_list]
+        ctx.save_for_backward(x, *pooled)
+        ctx.dims_list = dims_list
+        outs = tuple(y.squeeze(dims) for y, dims in zip(pooled, dims_list))
+        return outs[0] if len(outs) == 1 else outs
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, y = ctx.saved_tensors
-        return torch.where(x == y, _unsqueeze(grad, ctx.dims), 0.0), None
+    def backward(ctx, *grads: Tensor | None):
+        x, *pooled = ctx.saved_tensors
+        out = buf = None
+        for y, grad, dims in zip(pooled, grads, ctx.dims_list):
+            if grad is None:
+                continue
+            grad = _unsqueeze(grad, dims)
+            if out is None:  # eq into a float buffer is one cheap pass (a bool mask is not)
+                out = torch.eq(x, y, out=torch.empty_like(x)).mul_(grad)
+            else:
+                if buf is None:
+                    buf = torch.empty_like(x)
+                out.addcmul_(torch.eq(x, y, out=buf), grad)
+        return (out,) + (None,) * len(ctx.dims_list)
 
 
 def _unsqueeze(t: Tensor, dims: tuple[int, ...]) -> Tensor:
@@ -96,6 +114,28 @@ class PooledInputs:
                 dim = 1 + remaining_axes(slot, parent_kept).index(axis)
                 self._native[key] = reduce(parent, (dim,), self.pool)
         return self._native[key]
+
+    def prefetch(self, keys: Iterable[tuple[Slot, tuple[int, ...]]]) -> None:
+        """Compute, for max pooling, all pools taken directly from one raw tensor that ``native``
+        will need for ``keys`` in a single :class:`MaxOverDims` node (one backward buffer)."""
+        if self.pool != "max":
+            return
+        direct: dict[Slot, dict[tuple[int, ...], int]] = {}
+        for slot, kept in keys:
+            while True:
+                dropped = [a for a in slot.set_axes if a not in kept]
+                if len(dropped) <= 1:
+                    if dropped:
+                        direct.setdefault(slot, {})[kept] = 1 + list(slot.axes).index(dropped[0])
+                    break
+                kept = tuple(sorted(set(kept) | {dropped[0]}, reverse=True))
+        for slot, pools in direct.items():
+            todo = [k for k in pools if (slot, k) not in self._native]
+            if len(todo) < 2:
+                continue
+            outs = MaxOverDims.apply(self.tensors[slot], *((pools[k],) for k in todo))
+            for k, y in zip(todo, outs):
+                self._native[(slot, k)] = y
 
     def features(self, slot: Slot, kept: tuple[int, ...]) -> Tensor:
         """``[B, *kept sizes, free_size * C]``: the slot pooled to ``kept``, free axes in features."""
