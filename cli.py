@@ -118,6 +118,9 @@ def show(store, out, count, data_root):
 @click.option("--device", default="auto", show_default=True)
 @click.option("--patience", type=int, default=None, help="Stop after this many epochs without validation progress.")
 @click.option("--train-limit", type=int, default=None, help="Train on the first N train networks only (size sweeps).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="N > 1: data-parallel training on N Ray Train workers (see docs/train.md).")
+@click.option("--address", default=None, help="With --workers: the Ray cluster to join (default: a local one).")
 def train(store, **kw):
     """Train a model on a store's train split, select on val, report test (see docs/train.md)."""
     from dws.tasks.run import TrainOptions, train_run

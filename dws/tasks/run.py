@@ -53,6 +53,8 @@ class TrainOptions:
     patience: int | None = None
     train_limit: int | None = None  # train on the first N networks of the train split only
     progress: bool = True
+    workers: int = 1  # > 1: data-parallel training on Ray Train (dws/tasks/distributed.py)
+    address: str | None = None  # Ray cluster to join with workers > 1 (None: a local one)
 
 
 def default_run_dir(opts: TrainOptions) -> Path:
@@ -101,9 +103,17 @@ def _aligned_store(store: WeightStore, model, run_dir: Path, log) -> WeightStore
 
 
 def train_run(opts: TrainOptions, log=print) -> dict:
+    if opts.workers > 1:
+        from .distributed import train_distributed
+
+        return train_distributed(opts, log)
+    return fit_run(opts, log)
+
+
+def setup_run(opts: TrainOptions, log=print):
+    """Store, task, run directory (created), model sizes and the data store (aligned for mlp-align)."""
     store = WeightStore(opts.store)
     task = get_task(opts.task, opts.target)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if opts.device == "auto" else opts.device
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
     run_dir.mkdir(parents=True, exist_ok=True)
     num_classes = _num_classes(store) if task.name == "classify" else None
@@ -114,6 +124,13 @@ def train_run(opts: TrainOptions, log=print) -> dict:
     if opts.model == "mlp-align":
         aligner, _ = build_model("mlp-align", store.widths, out_features, **model_kw)
         data_store = _aligned_store(store, aligner, run_dir, log)
+    return store, task, run_dir, num_classes, out_features, model_kw, data_store
+
+
+def fit_run(opts: TrainOptions, log=print, train_fn=train, write: bool = True) -> dict:
+    """Train (the lr protocol and seeds of ``opts``) with ``train_fn`` and write the run directory if ``write``."""
+    store, task, run_dir, num_classes, out_features, model_kw, data_store = setup_run(opts, log)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if opts.device == "auto" else opts.device
     augment = default_augmentation(store) if opts.augment else None
 
     def loaders(seed: int) -> dict:
@@ -134,7 +151,7 @@ def train_run(opts: TrainOptions, log=print) -> dict:
         if opts.model == "mlp-align":
             model.align_in_forward = False  # its inputs come from the aligned store
         log(f"{opts.model}: {desc['params']:,} parameters; lr {config.lr:g}, seed {config.seed}")
-        result = train(model, task, loaders(config.seed), config)
+        result = train_fn(model, task, loaders(config.seed), config)
         result.description = desc
         return result
 
@@ -149,6 +166,13 @@ def train_run(opts: TrainOptions, log=print) -> dict:
                    "test": [r.test for r in runs], "val": [r.best_val for r in runs],
                    "summary": {task.metric: {"mean": float(tests.mean()), "std": float(tests.std())}},
                    "results": runs}
+    if not write:
+        return {"run_dir": str(run_dir), **outcome}
+    return write_run(opts, log, store, task, run_dir, num_classes, out_features, model_kw, data_store, outcome)
+
+
+def write_run(opts, log, store, task, run_dir, num_classes, out_features, model_kw, data_store, outcome) -> dict:
+    """Write ``config.json``, ``metrics.json``, ``best.pt`` and ``curve.png`` of a finished protocol."""
     results: list[TrainResult] = outcome.pop("results")
     best = results[0]
     config = {

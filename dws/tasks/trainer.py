@@ -48,6 +48,20 @@ def _to(batch, device):
     return batch.ws.to(device), batch.target.to(device)
 
 
+def shard_batch(batch, rank: int, world: int):
+    """Rows ``rank::world`` of ``batch`` and the weight of their mean loss (None, 0 if ``batch`` is too short).
+
+    With the weight ``rows * world / len(batch)``, the workers' average of the weighted shard-mean
+    gradients (what DDP all-reduces) is the gradient of the whole batch's mean loss, even when
+    ``world`` does not divide the batch.
+    """
+    n = len(batch)
+    if n < world:
+        return None, 0.0
+    rows = torch.arange(rank, n, world)
+    return batch.take(rows), len(rows) * world / n
+
+
 @torch.no_grad()
 def predict(model, loader: Iterable, device: str) -> tuple[Tensor, Tensor]:
     model.eval()
@@ -77,8 +91,14 @@ def train(
     config: TrainConfig,
     augment: Callable[[WeightSpace], WeightSpace] | None = None,
     log: Callable[[str], None] | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> TrainResult:
-    """Train on ``loaders["train"]``, select on ``loaders["val"]``, report ``loaders["test"]``."""
+    """Train on ``loaders["train"]``, select on ``loaders["val"]``, report ``loaders["test"]``.
+
+    ``shard=(rank, world)``: data-parallel worker ``rank`` of ``world`` (``model`` wrapped in DDP,
+    see :mod:`dws.tasks.distributed`); it trains on its rows of every batch (:func:`shard_batch`,
+    batches shorter than ``world`` are skipped) and records the whole batches' losses.
+    """
     torch.manual_seed(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     device = config.device
@@ -91,6 +111,11 @@ def train(
         model.train()
         losses = []
         for batch in loaders["train"]:
+            weight = 1.0
+            if shard is not None:
+                batch, weight = shard_batch(batch, *shard)
+                if batch is None:
+                    continue
             ws, target = _to(batch, device)
             if augment is not None:
                 ws = augment(ws)
@@ -101,9 +126,13 @@ def train(
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"epoch {epoch}: training loss is {loss.item()}; lower the learning rate")
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss if shard is None else loss * weight).backward()
             opt.step()
-            losses.append(loss.item())
+            losses.append(loss.item() if shard is None else loss.item() * weight / shard[1])
+        if shard is not None:  # the sum over workers of their weighted shard losses: each whole batch's loss
+            summed = torch.tensor(losses, dtype=torch.float64, device=device)
+            torch.distributed.all_reduce(summed)
+            losses = summed.tolist()
         val = evaluate(model, task, loaders["val"], device, loaders.get("probe"))
         history.append({"epoch": epoch, "train_loss": float(np.mean(losses)), **{f"val_{k}": v for k, v in val.items()}})
         if task.better(val[task.metric], None if best is None else best[task.metric]):

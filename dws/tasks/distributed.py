@@ -1,0 +1,118 @@
+"""Data-parallel ``zoo train --workers N`` on Ray Train (``TorchTrainer``, DDP; gloo on CPU, NCCL on GPU).
+
+Every worker runs the whole single-process protocol (:func:`dws.tasks.run.fit_run`: lr search,
+seeds, early stopping) with the same seed, so each builds the same model and iterates the same
+deterministic batch order (and augmentation draws) as ``--workers 1``. The model is wrapped in
+DDP by ``ray.train.torch.prepare_model``; worker ``rank`` trains on rows ``rank::N`` of every batch,
+its shard-mean loss weighted by ``rows * N / batch`` so that DDP's gradient average is exactly the
+whole batch's mean-loss gradient (:func:`dws.tasks.trainer.shard_batch`). Parameters therefore stay
+equal to single-process training up to float reduction order. Every worker evaluates the full
+validation and test splits (the parameters are the same everywhere), so model selection agrees
+without communication; rank 0 writes the run directory with :func:`dws.tasks.run.write_run`, the
+state dict unwrapped from DDP.
+
+Not equivalent to single-process training: batch-norm statistics are per shard (as in standard
+DDP; ``SyncBatchNorm`` is refused by DDP on CPU, and the DWSNet's fused BN+ReLU does not go
+through ``nn.BatchNorm`` modules anyway), dropout masks, SSL's NT-Xent (negatives come from the
+shard only), and batches shorter than ``N`` rows, which are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from .run import TrainOptions, default_run_dir, fit_run, setup_run
+from .trainer import train
+
+
+def _worker(config: dict) -> None:
+    """Ray Train's per-worker loop."""
+    import ray.train
+    import ray.train.torch
+
+    torch.set_num_threads(1)
+    opts: TrainOptions = config["opts"]
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    log_path = Path(opts.out) / "train.log"
+
+    def log(line: str) -> None:  # worker output does not reach the driver (log_to_driver=False)
+        if rank == 0:
+            with open(log_path, "a") as f:
+                f.write(f"{line}\n")
+
+    def ddp_train(model, task, loaders, cfg):
+        # some models leave parameters unused (the DWSNet's B2B / W2W ablations), which plain DDP refuses
+        model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
+        result = train(model, task, loaders, replace(cfg, device=str(device), progress=False), shard=(rank, world))
+        result.state_dict = {k.removeprefix("module."): v for k, v in result.state_dict.items()}
+        return result
+
+    fit_run(replace(opts, progress=False), log, train_fn=ddp_train, write=rank == 0)
+
+
+def train_distributed(opts: TrainOptions, log=print) -> dict:
+    """``train_run`` with ``opts.workers`` Ray Train workers (joining ``opts.address`` if given)."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+    from ray.train import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    if opts.workers < 2:
+        raise ValueError(f"train_distributed needs workers >= 2, got {opts.workers}")
+    # the workers' working directory is Ray's, not ours: absolute paths only
+    run_dir = Path(opts.out or default_run_dir(opts)).resolve()
+    opts = replace(opts, store=str(Path(opts.store).resolve()), out=str(run_dir))
+    setup_run(opts, log)  # creates the run directory (and mlp-align's aligned store) once, before the workers
+    (run_dir / "train.log").unlink(missing_ok=True)
+    (run_dir / "metrics.json").unlink(missing_ok=True)  # so a stale one is never mistaken for this run's
+
+    use_gpu = torch.cuda.is_available()
+    started = False
+    if not ray.is_initialized():
+        quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        if opts.address:
+            ray.init(address=opts.address, **quiet)
+        else:  # a local single-node cluster on loopback, with a CPU slot per worker even on small machines
+            ray.init(num_cpus=max(os.cpu_count() or 1, opts.workers), _node_ip_address="127.0.0.1", **quiet)
+        started = True
+    log(f"data-parallel training on {opts.workers} Ray Train workers ({'nccl, GPU' if use_gpu else 'gloo, CPU'}); "
+        f"worker log: {run_dir / 'train.log'}")
+    t0 = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="zoo-ray-train-") as storage:
+            trainer = TorchTrainer(
+                _worker,
+                train_loop_config={"opts": opts},
+                scaling_config=ScalingConfig(num_workers=opts.workers, use_gpu=use_gpu),
+                torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+                run_config=RunConfig(name=f"zoo-train-{run_dir.name}", storage_path=storage,
+                                     failure_config=FailureConfig(max_failures=0)),
+            )
+            try:
+                trainer.fit()
+            except TrainingFailedError as e:
+                raise RuntimeError(f"data-parallel training on {opts.workers} workers failed "
+                                   f"(worker log: {run_dir / 'train.log'}):\n{e}") from e
+    finally:
+        if started:
+            ray.shutdown()
+    metrics_path = run_dir / "metrics.json"
+    if not metrics_path.exists():
+        raise RuntimeError(f"the workers finished but rank 0 wrote no {metrics_path} (on a multi-node cluster, "
+                           f"--out must be a folder every node shares)")
+    metrics = json.loads(metrics_path.read_text())
+    metric = next(iter(metrics["summary"]))
+    summary = metrics["summary"][metric]
+    log(f"{opts.model} on {Path(opts.store).name} ({opts.task}, {opts.workers} workers, "
+        f"{time.perf_counter() - t0:.0f} s): test {metric} {summary['mean']:.4f} ± {summary['std']:.4f} -> {run_dir}")
+    return {"run_dir": str(run_dir), **metrics}
