@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from .fit.siren import SirenSpec, forward
+from .sources.grids import image_grid, sine_grid
 from .store import WeightStore
 
 
@@ -49,13 +50,11 @@ def decode(store: WeightStore, indices) -> np.ndarray:
 
 
 def coordinates(store: WeightStore) -> torch.Tensor:
+    """The grid the store's networks were fitted on (see ``manifest.source.coordinates``)."""
     source = store.manifest["source"]
     if source.get("kind") == "image":
-        h, w = source["image_shape"][:2]
-        yy, xx = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
-        return torch.stack([yy, xx], -1).reshape(-1, 2)
-    points = source["coordinates"]["shape"][0]
-    return torch.linspace(-np.pi, np.pi, points).unsqueeze(1)
+        return image_grid(*source["image_shape"][:2])
+    return sine_grid(source["coordinates"]["shape"][0])
 
 
 def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = None) -> Path:
@@ -68,9 +67,9 @@ def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = 
     from .sources import DataError, get_source
 
     count = min(count, store.num_networks)
-    indices = list(range(count))
+    indices = np.linspace(0, store.num_networks - 1, count).round().astype(int).tolist()  # spread over splits
     decoded = decode(store, indices)
-    table = store.networks.slice(0, count).to_pydict()
+    table = store.networks.take(indices).to_pydict()
     src_name = store.manifest["generation"]["dataset"]
     try:
         source = get_source(src_name, root=data_root)
@@ -79,7 +78,7 @@ def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = 
     fig, axes = plt.subplots(2, count, figsize=(1.6 * count, 3.4), squeeze=False)
     for k in range(count):
         split, item = table["split"][k], table["source_item"][k]
-        title = f"#{k} {table['psnr'][k]:.1f}dB"
+        title = f"#{indices[k]} {table['psnr'][k]:.1f}dB"
         if store.manifest["source"].get("kind") == "image":
             h, w, c = store.manifest["source"]["image_shape"]
             img = np.clip(decoded[k].reshape(h, w, c), 0, 1)
