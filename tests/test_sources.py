@@ -312,3 +312,18 @@ def test_registry_errors(monkeypatch, tmp_path):
         get_source("sine-ssl", tmp_path)
     with pytest.raises(ValueError, match="unknown split 'valid'"):
         get_source("digits").split("valid")
+
+
+@needs_mnist
+def test_mnist_offline_xl_splits_are_disjoint_real_images():
+    xl = get_source("mnist-offline-xl", root=MNIST_DIR)
+    base = get_source("mnist-offline", root=MNIST_DIR)
+    train, val, test = xl.split("train"), xl.split("val"), xl.split("test")
+    assert (len(train), len(val), len(test)) == (11_916, 1_084, 2_000)
+    official_test = base.split("test")
+    # its test split is the last 2,000 official test images, its train/val hold the first 8,000
+    np.testing.assert_array_equal(test.images, official_test.images[8_000:])
+    used = np.concatenate([train.item_ids, val.item_ids])
+    assert sorted(used.tolist()) == list(range(13_000))
+    np.testing.assert_array_equal(train.images[-1], official_test.images[7_999])
+    assert np.bincount(train.labels, minlength=10).min() > 900

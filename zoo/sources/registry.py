@@ -9,7 +9,7 @@ from typing import Callable
 from . import cifar10, mnist
 from .base import Source
 from .errors import DataError
-from .offline import DigitsSource, MnistOfflineSource
+from .offline import DigitsSource, MnistOfflineSource, MnistOfflineXLSource
 from .sines import SINE_REGRESSION, SINE_SSL, SineSource
 
 DATA_ROOT_ENV = "ZOO_DATA_ROOT"
@@ -41,6 +41,10 @@ def _mnist_offline(root, download, **options):
     return MnistOfflineSource(test_root=root, **options)  # nothing to download: the files ship locally
 
 
+def _mnist_offline_xl(root, download, **options):
+    return MnistOfflineXLSource(test_root=root, **options)
+
+
 def _builtin(make: Callable[..., Source]) -> Callable[..., Source]:
     """Sources that read no files of their own (generated, or shipped with a package)."""
     def build(root, download, **options):
@@ -55,6 +59,7 @@ SOURCES: dict[str, Callable[..., Source]] = {
     "fashion-mnist": _idx(mnist.FASHION_MNIST),
     "cifar10": _cifar10,
     "mnist-offline": _mnist_offline,
+    "mnist-offline-xl": _mnist_offline_xl,
     "digits": _builtin(DigitsSource),
     "sine-regression": _builtin(lambda **o: SineSource(SINE_REGRESSION, **o)),
     "sine-ssl": _builtin(lambda **o: SineSource(SINE_SSL, **o)),
