@@ -63,6 +63,7 @@ def main():
 @click.option("--steps", type=int, default=None, help="Override the kind's number of fitting steps.")
 @click.option("--lr", type=float, default=None, help="Override the kind's learning rate.")
 @click.option("--no-early-stop", is_flag=True, help="Disable the PSNR early stop.")
+@click.option("--compile", is_flag=True, help="torch.compile the fitting step (faster; needs a C++ compiler on CPU).")
 def generate(kind, out, **kw):
     """Fit a zoo of KIND (mnist-inr, fmnist-inr, cifar10-inr, sine-regression, sine-ssl) into a store."""
     from zoo.generate.run import GenerateOptions, generate as run_generate

@@ -30,6 +30,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")
     p.add_argument("--device", default="cpu")
     p.add_argument("--early-stop", action="store_true", help="also time the batched fit with the PSNR-40 stop")
+    p.add_argument("--compile", action="store_true", help="also time the batched fit through torch.compile")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -57,6 +58,14 @@ def main(argv=None):
         (f"batched ({args.networks} at once)", args.networks, args.networks / t_batched,
          float(batched.psnr[: args.single].mean())),
     ]
+    if args.compile:
+        fit_batch(spec, grid.to(args.device), targets[:32], range(32), 0, FitConfig(steps=2, lr=args.lr, psnr_stop=None),
+                  device=args.device, compile=True)  # compile outside the timing
+        t0 = time.perf_counter()
+        comp = fit_batch(spec, grid.to(args.device), targets, range(args.networks), 0, cfg, device=args.device,
+                         compile=True)
+        rows.append(("batched, torch.compile", args.networks, args.networks / (time.perf_counter() - t0),
+                     float(comp.psnr[: args.single].mean())))
     if args.early_stop:
         t0 = time.perf_counter()
         es = fit_batch(spec, grid.to(args.device), targets, range(args.networks), 0,

@@ -117,3 +117,15 @@ def test_psnr_of_perfect_fit_is_large_and_monotone():
     mse = torch.tensor([1e-2, 1e-4])
     p = psnr(mse)
     assert torch.allclose(p, torch.tensor([20.0, 40.0]))
+
+
+def test_compiled_step_matches_eager():
+    spec = SirenSpec((2, 16, 16, 1))
+    grid = Grid2D.square(10)
+    targets = images(8, size=10)
+    cfg = FitConfig(steps=30, lr=1e-3, psnr_stop=35.0)
+    eager = fit_batch(spec, grid, targets, range(8), 0, cfg)
+    compiled = fit_batch(spec, grid, targets, range(8), 0, cfg, compile=True)
+    for m in range(3):
+        np.testing.assert_allclose(compiled.weights[m], eager.weights[m], atol=1e-4)
+    np.testing.assert_allclose(compiled.psnr, eager.psnr, atol=0.05)

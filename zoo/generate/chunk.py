@@ -41,6 +41,7 @@ def fit_chunk(
     columns: dict[str, np.ndarray],
     device: str = "cpu",
     threads: int | None = 1,
+    compile: bool = False,
 ) -> dict:
     """Fit networks ``start .. start+len(targets)-1`` and write them as chunk ``chunk``."""
     if threads is not None:
@@ -54,7 +55,7 @@ def fit_chunk(
         coords = torch.as_tensor(coords)
     result = fit_batch(
         spec, coords.to(device), torch.as_tensor(targets), indices, seed, config,
-        peak=torch.as_tensor(peak), device=device,
+        peak=torch.as_tensor(peak), device=device, compile=compile,
     )
     params = {}
     for m in range(spec.num_layers):

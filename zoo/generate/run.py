@@ -54,6 +54,7 @@ class GenerateOptions:
     lr: float | None = None
     psnr_stop: float | None = field(default=None)
     no_early_stop: bool = False
+    compile: bool = False  # torch.compile the fitting step (faster; float rounding differs from eager)
     progress: bool = True
 
 
@@ -96,6 +97,7 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         "kind": kind.name, "dataset": dataset, "limit": opts.limit, "views": opts.views,
         "seed": opts.seed, "chunk_size": opts.chunk_size, "fit": fit.to_manifest(),
         "init": opts.init,
+        **({"compiled": True} if opts.compile else {}),  # absent = eager (stores made before the flag)
     }
     out = Path(opts.out)
     resuming = (out / MANIFEST).exists()
@@ -159,7 +161,7 @@ def _fit_chunks(executor, out, manifest, plan: Plan, spec, fit, seed, coords, de
             "seed": seed, "coords": coords, "targets": plan.targets[rows].numpy(),
             "peak": plan.peak[start:stop], "device": device,
             "columns": {k: v[start:stop] for k, v in plan.columns.items()},
-            "threads": None if device.startswith("cuda") else 1,
+            "threads": None if device.startswith("cuda") else 1, "compile": opts.compile,
         }
 
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
