@@ -7,7 +7,7 @@ result equals an uninterrupted run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,15 +52,13 @@ class GenerateOptions:
     init: str = "siren"
     steps: int | None = None  # override the kind's schedule (tests, quick looks)
     lr: float | None = None
-    psnr_stop: float | None = field(default=None)
+    psnr_stop: float | None = None
     no_early_stop: bool = False
     compile: bool = False  # torch.compile the fitting step (faster; float rounding differs from eager)
     progress: bool = True
 
 
 def _fit_config(kind, opts: GenerateOptions):
-    from dataclasses import replace
-
     cfg = kind.fit
     if opts.steps is not None:
         cfg = replace(cfg, steps=opts.steps)
