@@ -32,11 +32,16 @@ def run_protocol(
         if task.better(val, best_val):
             best_lr, best_val, best_result = lr, val, result
     runs = [best_result] + [fit(replace(config, lr=best_lr, seed=config.seed + s)) for s in range(1, seeds)]
+    return summarize(task, best_lr, config.seed, runs, search)
+
+
+def summarize(task: Task, lr: float, first_seed: int, runs: list[TrainResult], search: dict | None) -> dict:
+    """Per-seed validation/test metrics and their mean ± std (runs use seeds first_seed, +1, ...)."""
     tests = np.array([r.test[task.metric] for r in runs])
     return {
-        "lr": best_lr,
+        "lr": lr,
         "lr_search": search,
-        "seeds": [config.seed + s for s in range(seeds)],
+        "seeds": [first_seed + s for s in range(len(runs))],
         "test": [r.test for r in runs],
         "val": [r.best_val for r in runs],
         "summary": {task.metric: {"mean": float(tests.mean()), "std": float(tests.std())}},

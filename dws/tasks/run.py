@@ -23,7 +23,7 @@ from zoo.store.derive import write_store
 
 from .models import build_model
 from .objectives import get_task, output_size
-from .protocol import PAPER_LRS, run_protocol
+from .protocol import PAPER_LRS, run_protocol, summarize
 from .trainer import TrainConfig, TrainResult, evaluate, train
 
 ARCH_KEYS = ("widths", "activation", "w0_per_layer", "output_offset")
@@ -161,11 +161,7 @@ def fit_run(opts: TrainOptions, log=print, train_fn=train, write: bool = True) -
         outcome = run_protocol(fit, task, base, seeds=opts.seeds, log=log)
     else:
         runs = [fit(replace(base, seed=opts.seed + s)) for s in range(opts.seeds)]
-        tests = np.array([r.test[task.metric] for r in runs])
-        outcome = {"lr": opts.lr, "lr_search": None, "seeds": [opts.seed + s for s in range(opts.seeds)],
-                   "test": [r.test for r in runs], "val": [r.best_val for r in runs],
-                   "summary": {task.metric: {"mean": float(tests.mean()), "std": float(tests.std())}},
-                   "results": runs}
+        outcome = summarize(task, opts.lr, opts.seed, runs, None)
     if not write:
         return {"run_dir": str(run_dir), **outcome}
     return write_run(opts, log, store, task, run_dir, num_classes, out_features, model_kw, data_store, outcome)

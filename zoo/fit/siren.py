@@ -130,10 +130,6 @@ class Grid2D:
         return Grid2D(self.ys.to(*args, **kwargs), self.xs.to(*args, **kwargs))
 
 
-def coordinate_points(coords) -> Tensor:
-    return coords.points() if isinstance(coords, Grid2D) else coords
-
-
 def _first_sine_layer(w0: float, weight: Tensor, bias: Tensor, coords):
     """``sin`` and ``cos`` of ``w0 * (W x + b)`` for the first layer, ``[K, d_1, P]`` each."""
     K, d1 = weight.shape[:2]
@@ -159,7 +155,7 @@ def forward_with_cache(spec: SirenSpec, weights, biases, coords):
     """
     w0 = spec.w0()
     h, c = _first_sine_layer(w0[0], weights[0], biases[0], coords)
-    acts, coss = [coordinate_points(coords)], [c]
+    acts, coss = [coords], [c]  # acts[m]: input of layer m (the coordinates for m = 0)
     for m in range(1, spec.num_layers - 1):
         acts.append(h)
         z = torch.bmm(weights[m] * w0[m], h).add_(biases[m].unsqueeze(2) * w0[m])  # faster than baddbmm
@@ -196,8 +192,11 @@ def mse_and_grads(spec: SirenSpec, weights, biases, coords, targets: Tensor):
         if m == 0 and isinstance(coords, Grid2D):
             grad_w[m], grad_b[m] = _grid_input_grads(g, coords)
         else:
-            x = acts[m] if m > 0 else (acts[0].unsqueeze(0).expand(g.shape[0], -1, -1) if acts[0].dim() == 2 else acts[0])
-            grad_w[m] = torch.bmm(g, x if m == 0 else x.transpose(1, 2))
+            if m == 0:  # point list [P, d_0] or [K, P, d_0]
+                x = coords if coords.dim() == 3 else coords.unsqueeze(0).expand(g.shape[0], -1, -1)
+            else:  # activations [K, d_{m-1}, P]
+                x = acts[m].transpose(1, 2)
+            grad_w[m] = torch.bmm(g, x)
             grad_b[m] = g.sum(dim=2)
         grad_w[m].mul_(scale)
         grad_b[m].mul_(scale)
