@@ -35,8 +35,9 @@ SCALES = {
     ),
     "ci": Scale(
         "ci",
-        generate=dict(kind="mnist-inr", dataset="mnist-offline", limit={"test": 2000}, chunk_size=256),
-        train=dict(epochs=15, lr=1e-3, seeds=1, batch_size=128, hidden_channels=16),
+        generate=dict(kind="mnist-inr", dataset="mnist-offline", limit={"train": 4583, "val": 417, "test": 2000},
+                      chunk_size=500),
+        train=dict(epochs=40, lr=1e-3, seeds=1, batch_size=128, hidden_channels=16),
     ),
     "full": Scale(
         "full",

@@ -96,6 +96,21 @@ def test_network_depends_only_on_seed_and_index():
     assert not torch.equal(w_a[0][0], w_c[0][0])
 
 
+@pytest.mark.parametrize("init", ["siren", "reference"])
+def test_init_ranges_follow_the_recipe(init):
+    """First layer U(-1/d_in, 1/d_in), later U(+-sqrt(6/d_in)/w0); "reference" zeroes every bias."""
+    spec = SirenSpec((2, 32, 32, 1), init=init)
+    w, b = init_params(spec, 0, range(64))
+    bounds = [1 / 2, (6 / 32) ** 0.5 / 30, (6 / 32) ** 0.5 / 30]
+    for m, bound in enumerate(bounds):
+        assert w[m].abs().max() <= bound and w[m].abs().max() > 0.9 * bound
+        if init == "reference":
+            assert not b[m].any()
+        else:
+            assert b[m].abs().max() <= bound and b[m].abs().max() > 0.9 * bound
+    assert spec.output_offset == (0.5 if init == "reference" else 0.0)
+
+
 @pytest.mark.parametrize("widths", [(2, 32, 32, 1), (2, 16, 16, 16, 3), (1, 32, 32, 1)])
 def test_parameters_load_into_siren_pytorch(widths):
     siren_pytorch = pytest.importorskip("siren_pytorch")

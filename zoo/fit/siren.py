@@ -6,9 +6,8 @@ layer and ``w0_hidden`` after it; the last layer is linear, ``y = W_M x + b_M + 
 
 Initialization ``"siren"`` is the standard one (Sitzmann et al.; siren-pytorch): first layer
 ``U(-1/d_in, 1/d_in)``, later layers ``U(-sqrt(6/d_in)/w0, +sqrt(6/d_in)/w0)``, biases drawn with
-the same bound as their weights. ``"reference"`` reproduces the published DWSNets recipe: hidden
-and last layers as above, first layer with PyTorch's default ``nn.Linear`` bound ``1/sqrt(d_in)``,
-zero biases, and an output offset of 0.5.
+the same bound as their weights. ``"reference"`` reproduces the published DWSNets INR
+(``nn/inr.py`` of the authors' code): weights as above, every bias zero, and an output offset of 0.5.
 
 Network ``i``'s initial parameters depend on ``(seed, i)`` only, so a store's content does not
 depend on how networks are grouped into batches or workers.
@@ -74,7 +73,8 @@ class SirenSpec:
                     "w0": self.w0_hidden,
                     "w0_initial": self.w0_first,
                 },
-                "exact": self.output_offset == 0.0 and len(set(self.widths[1:-1])) == 1,
+                "exact": len(set(self.widths[1:-1])) == 1,
+                "usage": "SirenNet(**kwargs)(x) + output_offset",
             },
         }
 
@@ -94,7 +94,7 @@ def init_params(spec: SirenSpec, seed: int, indices) -> tuple[list[Tensor], list
         gen = torch.Generator().manual_seed(network_seed(seed, index))
         for m, d_in in enumerate(spec.widths[:-1]):
             if m == 0:
-                bound = 1.0 / d_in if spec.init == "siren" else 1.0 / math.sqrt(d_in)
+                bound = 1.0 / d_in
             else:
                 bound = math.sqrt(6.0 / d_in) / (w0[m] if w0[m] is not None else spec.w0_hidden)
             weights[m][k].uniform_(-bound, bound, generator=gen)
