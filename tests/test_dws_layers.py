@@ -208,3 +208,49 @@ def test_layer_gradients_match_block_by_block_reference(seed, pool):
     ref = grads(block_by_block_forward)
     for a, b in zip(fused, ref):
         assert (a - b).abs().max().item() < 1e-9
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_shared_max_pool_node_matches_amax(seed):
+    """Several single-axis max pools of one tensor in one node: values and input gradient equal
+    ``amax``'s (random float64 input, so no ties), for random shapes and axes."""
+    from dws.nn.pooling import MaxOverDims
+
+    gen = torch.Generator().manual_seed(seed)
+    shape = [int(s) for s in torch.randint(1, 7, (int(torch.randint(2, 5, (1,), generator=gen)),), generator=gen)]
+    x = torch.randn(*shape, dtype=torch.float64, generator=gen, requires_grad=True)
+    dims = [(d,) for d in range(1, len(shape)) if torch.rand(1, generator=gen) < 0.7] or [(1,)]
+    outs = MaxOverDims.apply(x, *dims)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    cots = [torch.randn(o.shape, dtype=torch.float64, generator=gen) for o in outs]
+    (grad,) = torch.autograd.grad(sum((o * c).sum() for o, c in zip(outs, cots)), x)
+    x_ref = x.detach().clone().requires_grad_()
+    refs = [x_ref.amax(dim=d) for d in dims]
+    (grad_ref,) = torch.autograd.grad(sum((r * c).sum() for r, c in zip(refs, cots)), x_ref)
+    for o, r in zip(outs, refs):
+        assert torch.equal(o, r)
+    assert torch.allclose(grad, grad_ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_onednn_channel_mix_matches_matmul(seed):
+    """The oneDNN route of the channel-mixing matmul (float32 CPU) gives torch.matmul's values and
+    gradients for random shapes (forced on by a zero row threshold)."""
+    from dws.nn import matmul
+    from dws.nn.matmul import mix_channels
+
+    gen = torch.Generator().manual_seed(seed)
+    lead = [int(s) for s in torch.randint(1, 9, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen)]
+    f_in, f_out = (int(s) for s in torch.randint(1, 40, (2,), generator=gen))
+    x = torch.randn(*lead, f_in, generator=gen).requires_grad_()
+    w = torch.randn(f_in, f_out, generator=gen).requires_grad_()
+    cot = torch.randn(*lead, f_out, generator=gen)
+    y = mix_channels(x, w, min_rows=0)
+    y_ref = torch.matmul(x, w)
+    if matmul._LINEAR is not None:  # PyTorch built with oneDNN (the CPU wheels are)
+        assert "OneDNN" in type(y.grad_fn).__name__
+    assert torch.allclose(y, y_ref, atol=1e-5, rtol=1e-5)
+    grads = torch.autograd.grad((y * cot).sum(), (x, w))
+    grads_ref = torch.autograd.grad((y_ref * cot).sum(), (x, w))
+    for g, r in zip(grads, grads_ref):
+        assert torch.allclose(g, r, atol=1e-4, rtol=1e-4)

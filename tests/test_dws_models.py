@@ -134,7 +134,7 @@ def test_batchnorm_normalizes_each_tensor_and_dropout_respects_mode():
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)])
-def test_fused_batchnorm_relu_matches_torch(dtype, tol):
+def test_batchnorm_relu_in_place_matches_torch(dtype, tol):
     widths = (2, 5, 4, 1)
     ws = random_ws(widths, batch=7, channels=3, dtype=dtype).map(lambda t: (3 * t + 1).requires_grad_())
     fused = WSBatchNorm(3, 3, relu=True).to(dtype)
@@ -156,6 +156,14 @@ def test_fused_batchnorm_relu_matches_torch(dtype, tol):
         assert torch.allclose(a, b, atol=tol, rtol=tol)
     for a, b in zip(fused.state_dict().values(), plain.state_dict().values()):
         assert torch.allclose(a.to(dtype), b.to(dtype), atol=tol)  # running statistics
+
+
+def test_batchnorm_trains_on_a_single_network():
+    """A last training batch of one network leaves one value per channel in ``b_M``: no error."""
+    model = DWSNetInvariant((2, 4, 3, 1), 3, hidden_channels=4, num_layers=2)
+    out = model(random_ws((2, 4, 3, 1), batch=1, channels=1, dtype=torch.float32))
+    out.sum().backward()
+    assert torch.isfinite(out).all()
 
 
 def test_training_step_reduces_loss():

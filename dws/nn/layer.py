@@ -20,6 +20,7 @@ from torch import nn
 from dws.nn.blocks import block_classes
 from dws.nn.init import scaled_xavier_normal_
 from dws.nn.layout import from_features
+from dws.nn.matmul import mix_channels
 from dws.nn.pooling import PooledInputs, check_pool
 from dws.nn.structure import PoolGroup, Slot, make_groups, make_slots
 from dws.nn.validate import prepare_input
@@ -119,7 +120,7 @@ class DWSLayer(nn.Module):
         terms: dict[Slot, list[Tensor]] = {s: [] for s in self.slots}
         for group, weight in zip(self.groups, self.group_weights):
             feats = [pooled.features(s, group.kept) for s in group.members]
-            y = torch.matmul(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0], weight)
+            y = mix_channels(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0], weight)
             if len(group.members) == 1:  # no split: keeps e.g. the identity term a fresh tensor
                 parts: Sequence[Tensor] = (y,)
             else:

@@ -1,0 +1,58 @@
+"""The DWS layer's channel-mixing matmul, routed to oneDNN for the large, thin CPU case.
+
+The identity term of a hidden weight maps ``[B * d_m * d_{m-1}, C_in]`` by a ``[C_in, C_out]``
+matrix (65,536 x 48 x 48 for the MNIST-INR DWSNet at batch 64). MKL's sgemm, behind
+``torch.matmul`` on CPU, runs that shape at ~35 GFLOP/s on one core of the development machine
+and gains nothing from a second thread; oneDNN's linear kernel (PyTorch's ``mkldnn`` build, the one
+``torch.compile`` uses for CPU linears) runs it at ~70 GFLOP/s on one core and ~110 on two. The
+backward's input gradient is the same shape of product and goes to oneDNN too; the weight gradient
+(a long reduction, where MKL is faster) stays with ``torch.mm``. Anything else (float64, GPU,
+small products, a PyTorch built without oneDNN) is a plain ``torch.matmul``. Results equal
+``torch.matmul``'s up to float rounding (tested).
+"""
+
+from __future__ import annotations
+
+import torch
+
+Tensor = torch.Tensor
+
+ONEDNN_MIN_ROWS = 16384  # below this, MKL is as fast and a custom autograd node is not worth it
+
+
+def _onednn_linear_op():
+    try:
+        return torch.ops.mkldnn._linear_pointwise if torch.backends.mkldnn.is_available() else None
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_LINEAR = _onednn_linear_op()
+
+
+def mix_channels(x: Tensor, weight: Tensor, min_rows: int = ONEDNN_MIN_ROWS) -> Tensor:
+    """``x @ weight`` for ``x`` [..., F_in] and ``weight`` [F_in, F_out]."""
+    rows = x.numel() // max(x.shape[-1], 1)
+    if (
+        _LINEAR is not None and rows >= min_rows and x.device.type == "cpu"
+        and x.dtype == torch.float32 and weight.dtype == torch.float32
+    ):
+        return _OneDNNMatmul.apply(x, weight)
+    return torch.matmul(x, weight)
+
+
+class _OneDNNMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        return _LINEAR(x, weight.t(), None, "none", [], "")
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _LINEAR(grad.contiguous(), weight, None, "none", [], "")
+        if ctx.needs_input_grad[1]:
+            grad_w = torch.mm(x.reshape(-1, x.shape[-1]).t(), grad.reshape(-1, grad.shape[-1]))
+        return grad_x, grad_w
