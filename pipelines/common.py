@@ -32,6 +32,9 @@ def parse_args(description: str, default_out: str, scales=("ci", "full")) -> arg
 def make_store(out: Path, name: str, log=print, **options) -> Path:
     """Generate (or resume, or reuse) a store under ``out/stores``."""
     path = out / "stores" / name
+    # The paper's INRs start with zero biases (its published code); with random first-layer biases
+    # the fitted b1 stays initialization noise and DWSNet's MNIST accuracy halves (docs/train.md).
+    options.setdefault("init", "reference")
     generate(GenerateOptions(out=str(path), **options), log=log)
     return path
 

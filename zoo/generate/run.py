@@ -49,7 +49,7 @@ class GenerateOptions:
     address: str | None = None
     use_ray: bool | None = None
     device: str = "auto"
-    init: str = "reference"  # the published DWSNets INR; "siren" = standard SIREN init
+    init: str = "siren"  # standard SIREN init; "reference" = the published DWSNets INR (zero biases)
     steps: int | None = None  # override the kind's schedule (tests, quick looks)
     lr: float | None = None
     psnr_stop: float | None = None
