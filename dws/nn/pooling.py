@@ -10,6 +10,7 @@ All compose: pooling two axes one after the other equals pooling both at once, w
 
 from __future__ import annotations
 
+import functools
 from math import prod
 from typing import Iterable, Mapping
 
@@ -56,8 +57,7 @@ class MaxOverDims(torch.autograd.Function):
             y, idx = torch.nn.functional.max_pool2d_with_indices(view, (length, 1))
             outs.append(y.reshape(*x.shape[:dim], *x.shape[dim + 1 :]))
             # flat position of each maximum in x: (o * L + idx) * inner + i
-            base = torch.arange(outer, device=x.device).view(-1, 1) * (length * inner)
-            positions.append(idx.view(outer, inner).mul(inner).add_(base).add_(torch.arange(inner, device=x.device)))
+            positions.append(idx.view(outer, inner).mul(inner).add_(_flat_offsets(outer, length, inner, x.device)))
         ctx.save_for_backward(*positions)
         ctx.shape, ctx.dims_list = x.shape, dims_list
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -72,6 +72,13 @@ class MaxOverDims(torch.autograd.Function):
                 out = grad.new_zeros(ctx.shape)
             out.view(-1).index_add_(0, pos.view(-1), grad.reshape(-1))  # (a flat index_add beats scatter_add_)
         return (out,) + (None,) * len(ctx.dims_list)
+
+
+@functools.lru_cache(maxsize=32)
+def _flat_offsets(outer: int, length: int, inner: int, device: torch.device) -> Tensor:
+    """``o * L * inner + i`` for every pooled position ``(o, i)``: [outer, inner] int64 (cached)."""
+    rows = torch.arange(outer, device=device).view(-1, 1) * (length * inner)
+    return rows + torch.arange(inner, device=device)
 
 
 def _split_at(shape, dim: int) -> tuple[int, int, int]:

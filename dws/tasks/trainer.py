@@ -62,6 +62,13 @@ def shard_batch(batch, rank: int, world: int):
     return batch.take(rows), len(rows) * world / n
 
 
+def _length(loader) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
 @torch.no_grad()
 def predict(model, loader: Iterable, device: str) -> tuple[Tensor, Tensor]:
     model.eval()
@@ -110,7 +117,9 @@ def train(
     for epoch in bar:
         model.train()
         losses = []
-        for batch in loaders["train"]:
+        batches = tqdm(loaders["train"], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", leave=False,
+                       total=_length(loaders["train"]), disable=not config.progress, dynamic_ncols=True)
+        for batch in batches:
             weight = 1.0
             if shard is not None:
                 batch, weight = shard_batch(batch, *shard)
