@@ -31,14 +31,19 @@ class MaskedAdam:
         bias_correction1 = 1 - beta1**self.steps
         bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
         step_size = self.lr / bias_correction1
-        for p, g, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq):
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            denom = (v.sqrt() / bias_correction2_sqrt).add_(self.eps)
-            update = m / denom
-            if active is not None:
+        # One multi-tensor op per stage (as torch.optim.Adam's foreach path): a handful of small
+        # parameter tensors would otherwise cost more in dispatch than in arithmetic.
+        torch._foreach_lerp_(self.exp_avg, grads, 1 - beta1)
+        torch._foreach_mul_(self.exp_avg_sq, beta2)
+        torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, value=1 - beta2)
+        denom = torch._foreach_sqrt(self.exp_avg_sq)
+        torch._foreach_div_(denom, bias_correction2_sqrt)
+        torch._foreach_add_(denom, self.eps)
+        updates = torch._foreach_div(self.exp_avg, denom)
+        if active is not None:
+            for p, update in zip(self.params, updates):
                 update.mul_(active.to(update.dtype).view(-1, *([1] * (p.dim() - 1))))
-            p.sub_(update, alpha=step_size)
+        torch._foreach_add_(self.params, updates, alpha=-step_size)
 
     def select(self, keep: Tensor) -> None:
         """Drop the networks not in ``keep`` (index tensor) from the optimizer state."""

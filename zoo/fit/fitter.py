@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .adam import MaskedAdam
+from .fused_step import FusedSirenStep, fused_step_supported
 from .siren import SirenSpec, init_params, mse_and_grads, psnr
 
 Tensor = torch.Tensor
@@ -117,7 +118,12 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
             final_b[m][positions] = biases[m][rows]
 
     targets_w = all_targets
-    step_fn = compiled_step() if compile else mse_and_grads
+    if compile:
+        step_fn = compiled_step()
+    elif fused_step_supported(coords, device):
+        step_fn = FusedSirenStep(spec, coords, K)
+    else:
+        step_fn = mse_and_grads
     for step in range(config.steps):
         mse, grad_w, grad_b = step_fn(spec, weights, biases, coords, targets_w)
         if config.psnr_stop is not None:
