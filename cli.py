@@ -58,13 +58,14 @@ def main():
 @click.option("--address", default=None, help="Join this Ray cluster instead of starting a local one.")
 @click.option("--ray/--no-ray", "use_ray", default=None, help="Force Ray on/off (default: on when --workers > 1).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--init", type=click.Choice(["siren", "reference"]), default="siren", show_default=True,
-              help="Standard SIREN init, or the published DWSNets INR (zero biases, output + 0.5; "
-                   "what the paper's experiments and our pipelines use).")
+@click.option("--init", type=click.Choice(["siren", "reference", "published"]), default="siren", show_default=True,
+              help="Standard SIREN init; 'reference': the paper's INR (zero biases, output + 0.5) with a "
+                   "SIREN-range output layer, what our pipelines use; 'published': exactly the paper's "
+                   "code (nn.Linear output layer). See README.")
 @click.option("--steps", type=int, default=None, help="Override the kind's number of fitting steps.")
 @click.option("--lr", type=float, default=None, help="Override the kind's learning rate.")
 @click.option("--no-early-stop", is_flag=True, help="Disable the PSNR early stop.")
-@click.option("--compile", is_flag=True, help="torch.compile the fitting step (faster; needs a C++ compiler on CPU).")
+@click.option("--compile", is_flag=True, help="torch.compile the PyTorch fitting step (for GPUs; on a CPU the default numba-fused step is faster).")
 def generate(kind, out, **kw):
     """Fit a zoo of KIND (mnist-inr, fmnist-inr, cifar10-inr, sine-regression, sine-ssl) into a store."""
     from zoo.generate.run import GenerateOptions, generate as run_generate

@@ -10,9 +10,9 @@ forward and backward pass, including PyTorch's C++ buffers that ``tracemalloc`` 
 Throughput is the batch size over the median wall time of ``--iters`` timed steps after one warm-up.
 Workers run with ``OMP_WAIT_POLICY=PASSIVE`` (unless set): on a shared 2-core machine, spinning
 OpenMP threads otherwise collapse 2-thread throughput whenever another process holds a core.
-``--malloc-tuning`` also sets glibc's ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` for both
-implementations' workers, so freed large tensors are reused instead of being returned to the OS and
-page-faulted in again (page faults are very expensive in this sandbox: ~3-6 us per 4 KiB page).
+Both implementations' workers keep freed large tensors in the heap, as ``zoo train`` does
+(:func:`dws.tasks.allocator.retain_freed_memory`): otherwise every step page-faults its
+activations in again (~3-6 us per 4 KiB page here). ``--no-malloc-tuning`` measures without.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dws import DWSNetInvariant, WeightSpace, dwsnet_mnist_inr_config  # noqa: E402
 from dws.nn.reference import with_reference_layers  # noqa: E402
+from dws.tasks.allocator import retain_freed_memory  # noqa: E402
 
 IMPLS = ("fused", "block-by-block")
 
@@ -54,7 +55,9 @@ def step(model, ws) -> None:
     model(ws).square().mean().backward()
 
 
-def worker(impl: str, batch: int, iters: int, threads: int) -> dict:
+def worker(impl: str, batch: int, iters: int, threads: int, malloc_tuning: bool) -> dict:
+    if malloc_tuning:
+        retain_freed_memory()
     torch.set_num_threads(threads)
     model, ws = build(impl, batch)
     base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -83,13 +86,13 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=6)
     parser.add_argument("--ref-iters", type=int, default=3, help="timed steps for the (slow) reference")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--malloc-tuning", action="store_true",
+    parser.add_argument("--malloc-tuning", action=argparse.BooleanOptionalAction, default=True,
                         help="keep freed large buffers in glibc's heap (fewer page faults), both implementations")
     parser.add_argument("--worker", nargs=2, metavar=("IMPL", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         impl, batch = args.worker[0], int(args.worker[1])
-        print(json.dumps(worker(impl, batch, args.iters, args.threads)))
+        print(json.dumps(worker(impl, batch, args.iters, args.threads, args.malloc_tuning)))
         return
 
     torch.set_num_threads(args.threads)
@@ -104,10 +107,8 @@ def main() -> None:
         for impl in IMPLS:
             iters = args.iters if impl == "fused" else args.ref_iters
             cmd = [sys.executable, __file__, "--worker", impl, str(batch), "--iters", str(iters),
-                   "--threads", str(args.threads)]
+                   "--threads", str(args.threads), "--malloc-tuning" if args.malloc_tuning else "--no-malloc-tuning"]
             env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
-            if args.malloc_tuning:
-                env.update(MALLOC_MMAP_THRESHOLD_="4000000000", MALLOC_TRIM_THRESHOLD_="8000000000")
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
             rows.append(json.loads(out))
     print(f"{'batch':>5}  {'implementation':<15} {'samples/s (median)':>19} {'(best)':>8} {'peak MiB':>9} {'speed-up':>9}")

@@ -96,19 +96,24 @@ def test_network_depends_only_on_seed_and_index():
     assert not torch.equal(w_a[0][0], w_c[0][0])
 
 
-@pytest.mark.parametrize("init", ["siren", "reference"])
+@pytest.mark.parametrize("init", ["siren", "reference", "published"])
 def test_init_ranges_follow_the_recipe(init):
-    """First layer U(-1/d_in, 1/d_in), later U(+-sqrt(6/d_in)/w0); "reference" zeroes every bias."""
+    """First layer U(-1/d_in, 1/d_in), later U(+-sqrt(6/d_in)/w0); "reference" zeroes every bias;
+    "published" also, except the output layer, initialized as nn.Linear (U(+-1/sqrt(d_in)), bias too)."""
     spec = SirenSpec((2, 32, 32, 1), init=init)
     w, b = init_params(spec, 0, range(64))
-    bounds = [1 / 2, (6 / 32) ** 0.5 / 30, (6 / 32) ** 0.5 / 30]
+    last = (1 / 32) ** 0.5 if init == "published" else (6 / 32) ** 0.5 / 30
+    bounds = [1 / 2, (6 / 32) ** 0.5 / 30, last]
     for m, bound in enumerate(bounds):
         assert w[m].abs().max() <= bound and w[m].abs().max() > 0.9 * bound
-        if init == "reference":
+        if init == "reference" or (init == "published" and m < 2):
             assert not b[m].any()
         else:
             assert b[m].abs().max() <= bound and b[m].abs().max() > 0.9 * bound
-    assert spec.output_offset == (0.5 if init == "reference" else 0.0)
+    assert spec.output_offset == (0.0 if init == "siren" else 0.5)
+    if init == "published":  # the sine layers start exactly as the reference init's
+        w_ref, _ = init_params(SirenSpec((2, 32, 32, 1), init="reference"), 0, range(64))
+        assert torch.equal(w[0], w_ref[0]) and torch.equal(w[1], w_ref[1])
 
 
 @pytest.mark.parametrize("widths", [(2, 32, 32, 1), (2, 16, 16, 16, 3), (1, 32, 32, 1)])

@@ -21,6 +21,7 @@ from dws.stream.batch import weightspace_from_arrays
 from zoo.store import StoreError, WeightStore
 from zoo.store.derive import write_store
 
+from .allocator import retain_freed_memory
 from .models import build_model
 from .objectives import get_task, output_size
 from .protocol import PAPER_LRS, run_protocol, summarize
@@ -131,6 +132,8 @@ def fit_run(opts: TrainOptions, log=print, train_fn=train, write: bool = True) -
     """Train (the lr protocol and seeds of ``opts``) with ``train_fn`` and write the run directory if ``write``."""
     store, task, run_dir, num_classes, out_features, model_kw, data_store = setup_run(opts, log)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if opts.device == "auto" else opts.device
+    if torch.device(device).type == "cpu":
+        retain_freed_memory()  # ~20% faster DWSNet steps: no page faults for re-allocated activations
     augment = default_augmentation(store) if opts.augment else None
 
     def loaders(seed: int) -> dict:
