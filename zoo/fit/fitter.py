@@ -120,7 +120,7 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
     targets_w = all_targets
     if compile:
         step_fn = compiled_step()
-    elif fused_step_supported(coords, device):
+    elif fused_step_supported(device):
         step_fn = FusedSirenStep(spec, coords, K)
     else:
         step_fn = mse_and_grads

@@ -24,7 +24,7 @@ from .siren import Grid2D, SirenSpec
 Tensor = torch.Tensor
 
 
-def fused_step_supported(coords, device) -> bool:
+def fused_step_supported(device) -> bool:
     return kernels.available() and torch.device(device).type == "cpu"
 
 
