@@ -75,7 +75,7 @@ def test_fused_step_matches_the_reference_step(seed):
     def error(grads):
         return max(float((g.double() - e).abs().max() / e.abs().max()) for g, e in zip(grads, gw64 + gb64))
 
-    step = FusedSirenStep(spec, coords, max_networks=K)
+    step = FusedSirenStep(coords, max_networks=K)
     for _ in range(2):  # a second call reuses the buffers
         f_mse, f_gw, f_gb = step(spec, w, b, coords, targets)
         torch.testing.assert_close(f_mse, mse, rtol=1e-5, atol=1e-7)
@@ -87,7 +87,7 @@ def test_fused_step_matches_the_reference_step(seed):
 
 def test_fused_step_refuses_other_coordinates():
     spec = SirenSpec((2, 4, 1))
-    step = FusedSirenStep(spec, Grid2D.square(3), max_networks=1)
+    step = FusedSirenStep(Grid2D.square(3), max_networks=1)
     w, b = init_params(spec, 0, [0])
     with pytest.raises(ValueError, match="other coordinates"):
         step(spec, w, b, Grid2D.square(3), torch.rand(1, 9, 1))

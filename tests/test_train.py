@@ -56,7 +56,6 @@ def test_nt_xent_prefers_matching_views():
     assert np.isfinite(aligned.item())
 
 
-
 FAULTS_SCRIPT = """
 import resource, sys, torch
 from dws.tasks.allocator import retain_freed_memory

@@ -121,7 +121,7 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
     if compile:
         step_fn = compiled_step()
     elif fused_step_supported(device):
-        step_fn = FusedSirenStep(spec, coords, K)
+        step_fn = FusedSirenStep(coords, K)
     else:
         step_fn = mse_and_grads
     for step in range(config.steps):

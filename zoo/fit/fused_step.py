@@ -32,8 +32,7 @@ class FusedSirenStep:
     """Callable ``(spec, weights, biases, coords, targets) -> (mse, grad_w, grad_b)`` for float32
     CPU tensors; ``coords`` must be the one given at construction."""
 
-    def __init__(self, spec: SirenSpec, coords, max_networks: int):
-        self.spec = spec
+    def __init__(self, coords, max_networks: int):
         self.coords = coords
         self.grid = isinstance(coords, Grid2D)
         if self.grid:
