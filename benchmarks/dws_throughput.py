@@ -1,6 +1,7 @@
 """Forward+backward throughput and peak memory of the MNIST-INR DWSNet: fused layer vs block-by-block.
 
     python benchmarks/dws_throughput.py [--batches 64 512] [--iters 6] [--threads 2] [--malloc-tuning]
+    python benchmarks/dws_throughput.py --device cuda --batches 64 512 4096 --iters 50 --ref-iters 20
 
 Both models hold the same parameters (the reference wraps the fused model's DWS layers, see
 ``dws/nn/reference.py``); their outputs are compared first. Each measurement runs in a fresh
@@ -13,6 +14,8 @@ OpenMP threads otherwise collapse 2-thread throughput whenever another process h
 Both implementations' workers keep freed large tensors in the heap, as ``zoo train`` does
 (:func:`dws.tasks.allocator.retain_freed_memory`): otherwise every step page-faults its
 activations in again (~3-6 us per 4 KiB page here). ``--no-malloc-tuning`` measures without.
+On a GPU (``--device cuda``) each step is synchronized before the clock is read, and peak memory is
+the growth of ``torch.cuda.max_memory_allocated`` over the setup.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from dws.tasks.allocator import retain_freed_memory  # noqa: E402
 IMPLS = ("fused", "block-by-block")
 
 
-def build(impl: str, batch: int, seed: int = 0):
+def build(impl: str, batch: int, seed: int = 0, device: str = "cpu"):
     torch.manual_seed(seed)
     model = DWSNetInvariant(**dwsnet_mnist_inr_config())
     if impl == "block-by-block":
@@ -47,37 +50,50 @@ def build(impl: str, batch: int, seed: int = 0):
     widths = dwsnet_mnist_inr_config()["widths"]
     n = sum(a * b for a, b in zip(widths[:-1], widths[1:])) + sum(widths[1:])
     ws = WeightSpace.unflatten(torch.randn(batch, n, generator=torch.Generator().manual_seed(seed)), widths)
-    return model, ws
+    return model.to(device), ws.to(device)
 
 
 def step(model, ws) -> None:
     model.zero_grad(set_to_none=True)
     model(ws).square().mean().backward()
+    if ws.weights[0].is_cuda:
+        torch.cuda.synchronize()
 
 
-def worker(impl: str, batch: int, iters: int, threads: int, malloc_tuning: bool) -> dict:
-    if malloc_tuning:
+def _memory_kib(device: str) -> float:
+    if device == "cpu":
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return torch.cuda.max_memory_allocated() / 1024
+
+
+def worker(impl: str, batch: int, iters: int, threads: int, malloc_tuning: bool, device: str = "cpu") -> dict:
+    if malloc_tuning and device == "cpu":
         retain_freed_memory()
     torch.set_num_threads(threads)
-    model, ws = build(impl, batch)
-    base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    model, ws = build(impl, batch, device=device)
+    base_kib = _memory_kib(device)
     step(model, ws)  # warm-up
+    step(model, ws)
     times = []
     for _ in range(iters):
         start = time.perf_counter()
         step(model, ws)
         times.append(time.perf_counter() - start)
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kib = _memory_kib(device)
     med = statistics.median(times)
     return dict(impl=impl, batch=batch, samples_per_s=batch / med, best_samples_per_s=batch / min(times),
                 peak_mib=(peak_kib - base_kib) / 1024)
 
 
-def check_same_function(batch: int = 16) -> float:
-    fused, ws = build("fused", batch)
-    ref, _ = build("block-by-block", batch)
+def check_same_function(batch: int = 16, device: str = "cpu") -> float:
+    fused, ws = build("fused", batch, device=device)
+    ref, _ = build("block-by-block", batch, device=device)
     with torch.no_grad():
         return (fused(ws) - ref(ws)).abs().max().item()
+
+
+def _device_name(device: str) -> str:
+    return "cpu" if device == "cpu" else torch.cuda.get_device_name(torch.device(device))
 
 
 def main() -> None:
@@ -88,26 +104,27 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--malloc-tuning", action=argparse.BooleanOptionalAction, default=True,
                         help="keep freed large buffers in glibc's heap (fewer page faults), both implementations")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--worker", nargs=2, metavar=("IMPL", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         impl, batch = args.worker[0], int(args.worker[1])
-        print(json.dumps(worker(impl, batch, args.iters, args.threads, args.malloc_tuning)))
+        print(json.dumps(worker(impl, batch, args.iters, args.threads, args.malloc_tuning, args.device)))
         return
 
     torch.set_num_threads(args.threads)
     model, _ = build("fused", 1)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"MNIST-INR DWSNet {dwsnet_mnist_inr_config()['widths']}, 4 DWS layers, {n_params:,} parameters, "
-          f"torch {torch.__version__}, {args.threads} threads, malloc tuning {'on' if args.malloc_tuning else 'off'}, "
+          f"torch {torch.__version__}, device {_device_name(args.device)}, {args.threads} threads, malloc tuning {'on' if args.malloc_tuning else 'off'}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"max |fused - block-by-block| on the logits: {check_same_function():.2e}")
+    print(f"max |fused - block-by-block| on the logits: {check_same_function(device=args.device):.2e}")
     rows = []
     for batch in args.batches:
         for impl in IMPLS:
             iters = args.iters if impl == "fused" else args.ref_iters
             cmd = [sys.executable, __file__, "--worker", impl, str(batch), "--iters", str(iters),
-                   "--threads", str(args.threads), "--malloc-tuning" if args.malloc_tuning else "--no-malloc-tuning"]
+                   "--threads", str(args.threads), "--device", args.device, "--malloc-tuning" if args.malloc_tuning else "--no-malloc-tuning"]
             env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
             rows.append(json.loads(out))

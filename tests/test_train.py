@@ -8,17 +8,19 @@ import torch
 
 from dws.tasks.objectives import nt_xent
 from dws.tasks.run import TrainOptions, evaluate_run, train_run
+from dws.tasks.trainer import recalibrate_batchnorm
 from zoo.generate.run import GenerateOptions, generate
 from zoo.store import StoreError
 
 QUIET = dict(progress=False)
 
 
-@pytest.fixture(scope="module")
-def trained_run(tiny_store, tmp_path_factory):
+@pytest.fixture(scope="module", params=[0, 40], ids=["running-bn", "precise-bn"])
+def trained_run(tiny_store, tmp_path_factory, request):
     out = tmp_path_factory.mktemp("runs") / "dws"
     metrics = train_run(TrainOptions(store=str(tiny_store), model="dwsnet", epochs=2, lr=1e-3, batch_size=16,
-                                     hidden_channels=8, out=str(out), **QUIET), log=lambda *_: None)
+                                     hidden_channels=8, precise_bn=request.param, out=str(out), **QUIET),
+                        log=lambda *_: None)
     return out, metrics
 
 
@@ -36,6 +38,7 @@ def test_eval_reproduces_the_test_metric(trained_run, tiny_store):
     out, metrics = trained_run
     again = evaluate_run(out, tiny_store)
     assert again["accuracy"] == pytest.approx(metrics["test"][0]["accuracy"], abs=1e-6)
+    assert again["loss"] == pytest.approx(metrics["test"][0]["loss"], rel=1e-5)  # the checkpoint holds its BN stats
 
 
 def test_eval_refuses_an_incompatible_store(trained_run, tmp_path):
@@ -45,6 +48,38 @@ def test_eval_refuses_an_incompatible_store(trained_run, tmp_path):
                              progress=False), log=lambda *_: None)
     with pytest.raises(StoreError, match="incompatible"):
         evaluate_run(out, sines)
+
+
+class _Batch:
+    def __init__(self, ws):
+        self.ws = ws
+
+
+class _NormThenDrop(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(3, momentum=0.3)
+        self.drop = torch.nn.Dropout(0.5)
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(self.drop(x))
+        return self.norm(self.seen[-1])
+
+
+def test_recalibrate_batchnorm_sets_exact_statistics_with_dropout_off():
+    torch.manual_seed(0)
+    model = _NormThenDrop().train()
+    model.norm.running_mean.fill_(123.0)  # stale statistics must not leak into the new ones
+    batches = [torch.randn(8, 3) * (i + 1) + i for i in range(5)]
+    assert recalibrate_batchnorm(model, [_Batch(b) for b in batches], "cpu")
+    assert all(torch.equal(seen, b) for seen, b in zip(model.seen, batches))  # dropout was off
+    expected_mean = torch.stack([b.mean(0) for b in batches]).mean(0)
+    expected_var = torch.stack([b.var(0) for b in batches]).mean(0)
+    torch.testing.assert_close(model.norm.running_mean, expected_mean)
+    torch.testing.assert_close(model.norm.running_var, expected_var)
+    assert model.norm.momentum == 0.3 and model.training and model.norm.training
+    assert not recalibrate_batchnorm(torch.nn.Linear(3, 3), [_Batch(batches[0])], "cpu")
 
 
 def test_nt_xent_prefers_matching_views():

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from zoo.store.location import store_root
+
 from .run import TrainOptions, default_run_dir, fit_run, setup_run
 from .trainer import train
 
@@ -71,7 +73,7 @@ def train_distributed(opts: TrainOptions, log=print) -> dict:
         raise ValueError(f"train_distributed needs workers >= 2, got {opts.workers}")
     # the workers' working directory is Ray's, not ours: absolute paths only
     run_dir = Path(opts.out or default_run_dir(opts)).resolve()
-    opts = replace(opts, store=str(Path(opts.store).resolve()), out=str(run_dir))
+    opts = replace(opts, store=str(store_root(opts.store).resolve()), out=str(run_dir))
     setup_run(opts, log)  # creates the run directory (and mlp-align's aligned store) once, before the workers
     (run_dir / "train.log").unlink(missing_ok=True)
     (run_dir / "metrics.json").unlink(missing_ok=True)  # so a stale one is never mistaken for this run's

@@ -8,7 +8,9 @@ A run directory holds ``config.json`` (everything needed to rebuild the model), 
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -49,6 +51,7 @@ class TrainOptions:
     blocks: str = "all"
     pool: str = "max"
     augment: bool = True
+    precise_bn: int = 4096  # BN statistics re-estimated on this many clean train networks per evaluation; 0: off
     loader_workers: int = 0
     device: str = "auto"
     patience: int | None = None
@@ -56,6 +59,16 @@ class TrainOptions:
     progress: bool = True
     workers: int = 1  # > 1: data-parallel training on Ray Train (dws/tasks/distributed.py)
     address: str | None = None  # Ray cluster to join with workers > 1 (None: a local one)
+
+
+class FirstBatches:
+    """The first ``count`` batches of each pass over ``loader`` (a fresh shuffle every pass)."""
+
+    def __init__(self, loader, count: int):
+        self.loader, self.count = loader, count
+
+    def __iter__(self):
+        return itertools.islice(iter(self.loader), self.count)
 
 
 def default_run_dir(opts: TrainOptions) -> Path:
@@ -146,6 +159,10 @@ def fit_run(opts: TrainOptions, log=print, train_fn=train, write: bool = True) -
         }
         if task.name == "ssl":
             out["probe"] = WeightStoreLoader(data_store, "train", shuffle=False, limit=opts.train_limit, **common)
+        if opts.precise_bn > 0 and opts.bn:
+            # un-augmented (as evaluated), a fresh random subset of the (limited) train split per pass
+            calibrate = WeightStoreLoader(data_store, "train", shuffle=True, limit=opts.train_limit, **common)
+            out["calibrate"] = FirstBatches(calibrate, math.ceil(opts.precise_bn / opts.batch_size))
         return out
 
     def fit(config: TrainConfig) -> TrainResult:
@@ -177,7 +194,7 @@ def write_run(opts, log, store, task, run_dir, num_classes, out_features, model_
     config = {
         "options": asdict(opts), "task": asdict(task), "out_features": out_features, "num_classes": num_classes,
         "widths": list(store.widths), "architecture": architecture_signature(store),
-        "model_kwargs": model_kw, "model": best.description, "store": str(Path(opts.store).resolve()),
+        "model_kwargs": model_kw, "model": best.description, "store": str(store.root.resolve()),
         "data_store": str(data_store.root.resolve()),
     }
     metrics = {**outcome, "params": best.description["params"], "best_epoch": [r.best_epoch for r in results],

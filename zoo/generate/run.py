@@ -8,7 +8,6 @@ result equals an uninterrupted run.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -18,6 +17,7 @@ from ..fit.siren import Grid2D, SirenSpec
 from ..sources import get_source
 from ..sources.images import ImageSource
 from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
+from ..store.location import require_local
 from ..store.manifest import read_manifest
 from ..store.stats import Moments, write_stats
 from ..store.writer import (
@@ -97,7 +97,7 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         "init": opts.init,
         **({"compiled": True} if opts.compile else {}),  # absent = eager (stores made before the flag)
     }
-    out = Path(opts.out)
+    out = require_local(opts.out, "generate into")
     resuming = (out / MANIFEST).exists()
     if resuming:
         manifest = read_manifest(out)

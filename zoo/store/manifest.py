@@ -8,10 +8,12 @@ import tempfile
 from pathlib import Path
 
 from .format import FORMAT_NAME, FORMAT_VERSION, MANIFEST, StoreError, StoreVersionError
+from .location import require_local, store_root
 
 
-def read_manifest(root: str | Path) -> dict:
-    path = Path(root) / MANIFEST
+def read_manifest(root) -> dict:
+    """The manifest of the store at ``root`` (a folder or an fsspec URL), checked for its format."""
+    path = store_root(root) / MANIFEST
     if not path.exists():
         raise StoreError(
             f"{root} is not a weight store: {MANIFEST} is missing "
@@ -36,7 +38,7 @@ def read_manifest(root: str | Path) -> dict:
 
 def write_manifest(root: str | Path, manifest: dict) -> None:
     """Replace the manifest atomically so a crash never leaves a half-written one."""
-    root = Path(root)
+    root = require_local(root, "write the manifest of")
     fd, tmp = tempfile.mkstemp(dir=root, prefix=".manifest-", suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(manifest, f, indent=2, sort_keys=False)

@@ -1,4 +1,5 @@
-"""Opening a store: checks it against its manifest, then reads chunks, rows and statistics."""
+"""Opening a store (a local folder or an fsspec URL): checks it against its manifest, then reads
+chunks, rows and statistics."""
 
 from __future__ import annotations
 
@@ -17,15 +18,20 @@ from .format import (
     IncompleteStoreError,
     StoreError,
 )
+from .location import UrlRoot, store_root
 from .manifest import read_manifest
 from .writer import chunk_bounds, missing_chunks
 
 
 class WeightStore:
-    """A complete weight store. Raises :class:`StoreError` subclasses when it is not usable."""
+    """A complete weight store. Raises :class:`StoreError` subclasses when it is not usable.
 
-    def __init__(self, root: str | Path, require_complete: bool = True):
-        self.root = Path(root)
+    ``root`` is a folder or any URL fsspec reads (``s3://bucket/zoo``, ``https://...``; see
+    :mod:`zoo.store.location`).
+    """
+
+    def __init__(self, root: str | Path | UrlRoot, require_complete: bool = True):
+        self.root = store_root(root)
         self.manifest = read_manifest(self.root)
         if require_complete and self.manifest.get("status") != STATUS_COMPLETE:
             missing = missing_chunks(self.manifest)
@@ -85,7 +91,7 @@ class WeightStore:
         path = self.root / NETWORKS_TABLE
         if not path.exists():
             raise StoreError(f"{self.root}: {NETWORKS_TABLE} is missing")
-        table = pq.read_table(path)
+        table = pq.read_table(path if isinstance(path, Path) else pa.BufferReader(path.read_bytes()))
         if table.num_rows != self.num_networks:
             raise StoreError(
                 f"{self.root}: {NETWORKS_TABLE} has {table.num_rows} rows, manifest says {self.num_networks}"
@@ -111,4 +117,6 @@ class WeightStore:
         return {n: (g[f"{n}_mean"][...], g[f"{n}_std"][...]) for n in self.parameter_names}
 
     def size_on_disk(self) -> int:
+        if isinstance(self.root, UrlRoot):
+            return self.root.total_size()
         return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
