@@ -30,7 +30,9 @@ class _StoreArgument(click.ParamType):
     name = "STORE"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and "://" in value:
+        from zoo.store.location import is_url
+
+        if is_url(value):
             return value
         return click.Path(exists=True, file_okay=False).convert(value, param, ctx)
 

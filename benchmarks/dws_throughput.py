@@ -8,7 +8,7 @@ Both models hold the same parameters (the reference wraps the fused model's DWS 
 subprocess so that peak memory is the growth of the process's max RSS (``resource.getrusage``)
 over the setup (model + input built, before the first step): it counts every allocation of the
 forward and backward pass, including PyTorch's C++ buffers that ``tracemalloc`` cannot see.
-Throughput is the batch size over the median wall time of ``--iters`` timed steps after one warm-up.
+Throughput is the batch size over the median wall time of ``--iters`` timed steps after two warm-ups.
 Workers run with ``OMP_WAIT_POLICY=PASSIVE`` (unless set): on a shared 2-core machine, spinning
 OpenMP threads otherwise collapse 2-thread throughput whenever another process holds a core.
 Both implementations' workers keep freed large tensors in the heap, as ``zoo train`` does
@@ -72,8 +72,8 @@ def worker(impl: str, batch: int, iters: int, threads: int, malloc_tuning: bool,
     torch.set_num_threads(threads)
     model, ws = build(impl, batch, device=device)
     base_kib = _memory_kib(device)
-    step(model, ws)  # warm-up
-    step(model, ws)
+    for _ in range(2):  # warm-up
+        step(model, ws)
     times = []
     for _ in range(iters):
         start = time.perf_counter()
@@ -116,7 +116,8 @@ def main() -> None:
     model, _ = build("fused", 1)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"MNIST-INR DWSNet {dwsnet_mnist_inr_config()['widths']}, 4 DWS layers, {n_params:,} parameters, "
-          f"torch {torch.__version__}, device {_device_name(args.device)}, {args.threads} threads, malloc tuning {'on' if args.malloc_tuning else 'off'}, "
+          f"torch {torch.__version__}, device {_device_name(args.device)}, {args.threads} threads, "
+          f"malloc tuning {'on' if args.malloc_tuning else 'off'}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"max |fused - block-by-block| on the logits: {check_same_function(device=args.device):.2e}")
     rows = []
@@ -124,7 +125,8 @@ def main() -> None:
         for impl in IMPLS:
             iters = args.iters if impl == "fused" else args.ref_iters
             cmd = [sys.executable, __file__, "--worker", impl, str(batch), "--iters", str(iters),
-                   "--threads", str(args.threads), "--device", args.device, "--malloc-tuning" if args.malloc_tuning else "--no-malloc-tuning"]
+                   "--threads", str(args.threads), "--device", args.device,
+                   "--malloc-tuning" if args.malloc_tuning else "--no-malloc-tuning"]
             env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
             rows.append(json.loads(out))
