@@ -74,10 +74,13 @@ def main():
 @click.option("--address", default=None, help="Join this Ray cluster instead of starting a local one.")
 @click.option("--ray/--no-ray", "use_ray", default=None, help="Force Ray on/off (default: on when --workers > 1).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--init", type=click.Choice(["siren", "reference", "published"]), default="siren", show_default=True,
-              help="Standard SIREN init; 'reference': the paper's INR (zero biases, output + 0.5) with a "
-                   "SIREN-range output layer, what our pipelines use; 'published': exactly the paper's "
-                   "code (nn.Linear output layer). See README.")
+@click.option("--init", type=click.Choice(["siren", "reference", "published", "reference-siren-first"]),
+              default="siren", show_default=True,
+              help="Standard SIREN init; 'reference': the paper's INR (every sine layer, the first too, in "
+                   "the hidden range, zero biases, output + 0.5) with a SIREN-range output layer, what our "
+                   "pipelines use; 'published': exactly the paper's code (nn.Linear output layer); "
+                   "'reference-siren-first': 'reference' with SIREN's wide first layer (our 'reference' "
+                   "before 2026-11-23). See README.")
 @click.option("--steps", type=int, default=None, help="Override the kind's number of fitting steps.")
 @click.option("--lr", type=float, default=None, help="Override the kind's learning rate.")
 @click.option("--no-early-stop", is_flag=True, help="Disable the PSNR early stop.")

@@ -86,6 +86,21 @@ def test_rerun_with_other_settings_is_refused(reference_store):
         generate(GenerateOptions(out=str(reference_store), **{**SMALL, "seed": 1}), log=lambda *_: None)
 
 
+def test_resume_of_a_store_with_other_init_ranges_is_refused(tmp_path):
+    """A store written before the init ranges were recorded (its "reference" started the first layer
+    wide) must not be resumed with today's "reference": its networks would mix two recipes."""
+    out = tmp_path / "old"
+    opts = GenerateOptions(out=str(out), **{**SMALL, "limit": 16, "init": "reference"})
+    generate(opts, log=lambda *_: None)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["generation"]["init_ranges"] == manifest["architecture"]["init_ranges"]
+    assert manifest["generation"]["init_ranges"][0]["weight"] == pytest.approx(3 ** 0.5 / 30)
+    del manifest["generation"]["init_ranges"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match="different settings"):
+        generate(opts, log=lambda *_: None)
+
+
 def test_limit_keeps_split_proportions():
     counts = limited_counts({"train": 55000, "val": 5000, "test": 10000}, 700)
     assert counts == {"train": 550, "val": 50, "test": 100}

@@ -7,12 +7,15 @@ layer and ``w0_hidden`` after it; the last layer is linear, ``y = W_M x + b_M + 
 Initialization ``"siren"`` is the standard one (Sitzmann et al.; siren-pytorch): first layer
 ``U(-1/d_in, 1/d_in)``, later layers ``U(-sqrt(6/d_in)/w0, +sqrt(6/d_in)/w0)``, biases drawn with
 the same bound as their weights. ``"published"`` is the INR of the published DWSNets code
-(``nn/inr.py``): the sine layers' weights as above with zero biases, the output layer a plain
-``nn.Linear`` (weights and bias ``U(-1/sqrt(d_in), 1/sqrt(d_in))``), and an output offset of 0.5.
+(``nn/inr.py``): **every** sine layer, the first included, drawn in the hidden range
+``U(+-sqrt(6/d_in)/w0)`` (that code never sets ``is_first``), zero biases, the output layer a plain
+``nn.Linear`` (weights and bias ``U(-1/sqrt(d_in), 1/sqrt(d_in))``) and an output offset of 0.5.
 ``"reference"`` (what the pipelines use) is the same except that the output layer is drawn in the
 SIREN range with a zero bias: its random start is 12x smaller, so the fitted output layer holds
-more of the signal and less initialization noise (at ci scale DWSNet's MNIST accuracy is 50%
-against 21% with ``"published"``; docs/train.md).
+more of the signal and less initialization noise. ``"reference-siren-first"`` is ``"reference"``
+with siren's wide first layer ``U(+-1/d_in)``; it was our ``"reference"`` before 2026-11-23 and
+fits MNIST to 40 dB in ~320 steps, but its weights are far harder to learn from (docs/train.md:
+ci-scale DWSNet MNIST accuracy 53% against 67%, sine-frequency MSE 6.2 against 0.31).
 
 Network ``i``'s initial parameters depend on ``(seed, i)`` only, so a store's content does not
 depend on how networks are grouped into batches or workers.
@@ -27,7 +30,7 @@ import numpy as np
 import torch
 
 Tensor = torch.Tensor
-INITS = ("siren", "reference", "published")
+INITS = ("siren", "reference", "published", "reference-siren-first")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class SirenSpec:
             "activation": "sine",
             "w0_per_layer": self.w0(),
             "output_offset": self.output_offset,
+            "init_ranges": init_ranges(self),
             "hidden_layer": "sin(w0 * (W @ x + b))",
             "output_layer": "W @ x + b + output_offset",
             "weight_layout": "out x in (PyTorch)",
@@ -90,24 +94,38 @@ def network_seed(base_seed: int, index: int) -> int:
     return int(ss.generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1, 1 << 31], dtype=np.uint64)) & ((1 << 63) - 1)
 
 
+def init_ranges(spec: SirenSpec) -> list[dict[str, float]]:
+    """Per layer, the half-width of the uniform range of its weights and of its biases (0: zeros).
+
+    Recorded in the manifest, so a store says exactly how its networks started and a resume with
+    different ranges is refused.
+    """
+    w0 = spec.w0()
+    ranges = []
+    for m, d_in in enumerate(spec.widths[:-1]):
+        first, last = m == 0, m == spec.num_layers - 1
+        if first and spec.init in ("siren", "reference-siren-first"):
+            weight = 1.0 / d_in
+        elif last and spec.init == "published":
+            weight = 1.0 / math.sqrt(d_in)  # nn.Linear's default initialization
+        else:
+            weight = math.sqrt(6.0 / d_in) / (w0[m] if w0[m] is not None else spec.w0_hidden)
+        bias = weight if spec.init == "siren" or (last and spec.init == "published") else 0.0
+        ranges.append({"weight": weight, "bias": bias})
+    return ranges
+
+
 def init_params(spec: SirenSpec, seed: int, indices) -> tuple[list[Tensor], list[Tensor]]:
     """Stacked initial parameters for networks ``indices``: ``W[m]`` [K, out, in], ``b[m]`` [K, out]."""
     weights = [torch.empty(len(indices), o, i) for i, o in zip(spec.widths[:-1], spec.widths[1:])]
     biases = [torch.empty(len(indices), o) for o in spec.widths[1:]]
-    w0 = spec.w0()
+    ranges = init_ranges(spec)
     for k, index in enumerate(indices):
         gen = torch.Generator().manual_seed(network_seed(seed, index))
-        for m, d_in in enumerate(spec.widths[:-1]):
-            last = m == spec.num_layers - 1
-            if m == 0:
-                bound = 1.0 / d_in
-            elif last and spec.init == "published":
-                bound = 1.0 / math.sqrt(d_in)  # nn.Linear's default initialization
-            else:
-                bound = math.sqrt(6.0 / d_in) / (w0[m] if w0[m] is not None else spec.w0_hidden)
-            weights[m][k].uniform_(-bound, bound, generator=gen)
-            if spec.init == "siren" or (last and spec.init == "published"):
-                biases[m][k].uniform_(-bound, bound, generator=gen)
+        for m, bounds in enumerate(ranges):
+            weights[m][k].uniform_(-bounds["weight"], bounds["weight"], generator=gen)
+            if bounds["bias"]:
+                biases[m][k].uniform_(-bounds["bias"], bounds["bias"], generator=gen)
             else:
                 biases[m][k].zero_()
     return weights, biases

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..fit.siren import Grid2D, SirenSpec
+from ..fit.siren import Grid2D, SirenSpec, init_ranges
 from ..sources import get_source
 from ..sources.images import ImageSource
 from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
@@ -49,7 +49,7 @@ class GenerateOptions:
     address: str | None = None
     use_ray: bool | None = None
     device: str = "auto"
-    init: str = "siren"  # standard SIREN init; "reference" = the published DWSNets INR (zero biases)
+    init: str = "siren"  # standard SIREN init; "reference" = the published DWSNets INR, small output layer
     steps: int | None = None  # override the kind's schedule (tests, quick looks)
     lr: float | None = None
     psnr_stop: float | None = None
@@ -95,6 +95,7 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         "kind": kind.name, "dataset": dataset, "limit": opts.limit, "views": opts.views,
         "seed": opts.seed, "chunk_size": opts.chunk_size, "fit": fit.to_manifest(),
         "init": opts.init,
+        "init_ranges": init_ranges(spec),  # stores made before 2026-11-23 lack it: their "reference" differs
         **({"compiled": True} if opts.compile else {}),  # absent = eager (stores made before the flag)
     }
     out = require_local(opts.out, "generate into")
