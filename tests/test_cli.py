@@ -24,3 +24,11 @@ def test_bad_input_is_one_clear_line(tmp_path):
     assert result.exit_code == 2 and "unknown zoo kind" in result.output
     result = runner.invoke(main, ["generate", "mnist-inr", "--out", str(tmp_path / "y"), "--limit", "train=abc"])
     assert result.exit_code == 2 and "expected e.g." in result.output
+
+
+def test_generate_offers_every_init_the_fitter_knows():
+    """The CLI lists the inits literally (it imports torch lazily); keep the list equal to INITS."""
+    from zoo.fit.siren import INITS
+
+    option = next(p for p in main.commands["generate"].params if p.name == "init")
+    assert tuple(option.type.choices) == INITS
