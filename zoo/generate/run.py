@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..fit.siren import Grid2D, SirenSpec, init_ranges
+from ..fit.siren import Grid2D, SirenSpec
 from ..sources import get_source
 from ..sources.images import ImageSource
 from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
@@ -95,17 +95,20 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         "kind": kind.name, "dataset": dataset, "limit": opts.limit, "views": opts.views,
         "seed": opts.seed, "chunk_size": opts.chunk_size, "fit": fit.to_manifest(),
         "init": opts.init,
-        "init_ranges": init_ranges(spec),  # stores made before 2026-11-23 lack it: their "reference" differs
         **({"compiled": True} if opts.compile else {}),  # absent = eager (stores made before the flag)
     }
     out = require_local(opts.out, "generate into")
     resuming = (out / MANIFEST).exists()
     if resuming:
         manifest = read_manifest(out)
-        if manifest["generation"] != generation:
+        # the architecture holds every convention, the init ranges too (stores made before
+        # 2026-11-23 lack them: their "reference" started the first layer wide)
+        asked = {"generation": generation, "architecture": spec.to_manifest()}
+        stored = {key: manifest.get(key) for key in asked}
+        if stored != asked:
             raise StoreError(
-                f"{out} was generated with different settings:\n  store: {manifest['generation']}\n"
-                f"  asked: {generation}\nuse another --out, or rerun with the store's settings to resume it"
+                f"{out} was generated with different settings:\n  store: {stored}\n"
+                f"  asked: {asked}\nuse another --out, or rerun with the store's settings to resume it"
             )
         if manifest["status"] == STATUS_COMPLETE:
             log(f"{out} is already complete ({manifest['num_networks']} networks)")
