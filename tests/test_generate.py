@@ -100,6 +100,21 @@ def test_resume_of_a_store_with_other_init_ranges_is_refused(tmp_path):
         generate(opts, log=lambda *_: None)
 
 
+def test_siren_store_from_before_the_init_ranges_still_resumes(reference_store, tmp_path):
+    """siren's ranges did not change when they started to be recorded: such an old store is accepted."""
+    import shutil
+
+    out = tmp_path / "old-siren"
+    shutil.copytree(reference_store, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["architecture"]["init"] == "siren"
+    del manifest["architecture"]["init_ranges"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    logs = []
+    generate(GenerateOptions(out=str(out), **SMALL), log=logs.append)
+    assert "already complete" in logs[0]
+
+
 def test_limit_keeps_split_proportions():
     counts = limited_counts({"train": 55000, "val": 5000, "test": 10000}, 700)
     assert counts == {"train": 550, "val": 50, "test": 100}

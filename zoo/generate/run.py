@@ -105,6 +105,9 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         # 2026-11-23 lack them: their "reference" started the first layer wide)
         asked = {"generation": generation, "architecture": spec.to_manifest()}
         stored = {key: manifest.get(key) for key in asked}
+        if stored["architecture"] and "init_ranges" not in stored["architecture"] and opts.init == "siren":
+            # older stores lack the ranges; only siren's have not changed since, so those still resume
+            stored["architecture"] = {**stored["architecture"], "init_ranges": asked["architecture"]["init_ranges"]}
         if stored != asked:
             raise StoreError(
                 f"{out} was generated with different settings:\n  store: {stored}\n"
