@@ -1,6 +1,6 @@
 """Forward+backward throughput and peak memory of the MNIST-INR DWSNet: fused layer vs block-by-block.
 
-    python benchmarks/dws_throughput.py [--batches 64 512] [--iters 6] [--threads 2] [--malloc-tuning]
+    python benchmarks/dws_throughput.py [--batches 64 512] [--iters 20] [--threads 2] [--malloc-tuning]
     python benchmarks/dws_throughput.py --device cuda --batches 64 512 4096 --iters 50 --ref-iters 20
 
 Both models hold the same parameters (the reference wraps the fused model's DWS layers, see
@@ -9,8 +9,12 @@ subprocess so that peak memory is the growth of the process's max RSS (``resourc
 over the setup (model + input built, before the first step): it counts every allocation of the
 forward and backward pass, including PyTorch's C++ buffers that ``tracemalloc`` cannot see.
 Throughput is the batch size over the median wall time of ``--iters`` timed steps after two warm-ups.
-Workers run with ``OMP_WAIT_POLICY=PASSIVE`` (unless set): on a shared 2-core machine, spinning
-OpenMP threads otherwise collapse 2-thread throughput whenever another process holds a core.
+Workers run with the OpenMP wait policy of the environment, as ``zoo train`` does: the default
+(threads spin briefly between operators, then sleep) is 1.5-1.7x faster at batch 64 than
+``OMP_WAIT_POLICY=PASSIVE``, which puts the second thread to sleep after each of a step's ~1,500
+small operators (the benchmark forced PASSIVE until 2026-11-23 and under-reported by that much).
+The parent process, which only checks that both implementations agree, uses one thread so that
+no idle OpenMP thread of its own competes with the workers.
 Both implementations' workers keep freed large tensors in the heap, as ``zoo train`` does
 (:func:`dws.tasks.allocator.retain_freed_memory`): otherwise every step page-faults its
 activations in again (~3-6 us per 4 KiB page here). ``--no-malloc-tuning`` measures without.
@@ -99,7 +103,7 @@ def _device_name(device: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 512])
-    parser.add_argument("--iters", type=int, default=6)
+    parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--ref-iters", type=int, default=3, help="timed steps for the (slow) reference")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--malloc-tuning", action=argparse.BooleanOptionalAction, default=True,
@@ -112,7 +116,7 @@ def main() -> None:
         print(json.dumps(worker(impl, batch, args.iters, args.threads, args.malloc_tuning, args.device)))
         return
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)  # the workers time; a spinning thread here would compete with them
     model, _ = build("fused", 1)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"MNIST-INR DWSNet {dwsnet_mnist_inr_config()['widths']}, 4 DWS layers, {n_params:,} parameters, "
@@ -127,8 +131,7 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--worker", impl, str(batch), "--iters", str(iters),
                    "--threads", str(args.threads), "--device", args.device,
                    "--malloc-tuning" if args.malloc_tuning else "--no-malloc-tuning"]
-            env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             rows.append(json.loads(out))
     print(f"{'batch':>5}  {'implementation':<15} {'samples/s (median)':>19} {'(best)':>8} {'peak MiB':>9} {'speed-up':>9}")
     for r in rows:

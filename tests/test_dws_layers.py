@@ -249,6 +249,8 @@ def test_onednn_channel_mix_matches_matmul(seed):
     y_ref = torch.matmul(x, w)
     if matmul._LINEAR is not None:  # PyTorch built with oneDNN (the CPU wheels are)
         assert "OneDNN" in type(y.grad_fn).__name__
+    # a fresh tensor, not a view: the DWS layer adds its broadcast terms into it in place
+    assert not y._is_view()
     assert torch.allclose(y, y_ref, atol=1e-5, rtol=1e-5)
     grads = torch.autograd.grad((y * cot).sum(), (x, w))
     grads_ref = torch.autograd.grad((y_ref * cot).sum(), (x, w))

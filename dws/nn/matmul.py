@@ -41,18 +41,26 @@ def mix_channels(x: Tensor, weight: Tensor, min_rows: int = ONEDNN_MIN_ROWS) -> 
     return torch.matmul(x, weight)
 
 
+def _linear(x: Tensor, weight_t: Tensor) -> Tensor:
+    """oneDNN's ``x @ weight_t.t()`` as a fresh tensor. Called on an N-D input, the op returns a
+    *view* of its 2-D result; the DWS layer only adds broadcast terms in place into tensors that
+    are not views, so an N-D view would cost two out-of-place full-size adds per hidden weight."""
+    out = _LINEAR(x.reshape(-1, x.shape[-1]), weight_t, None, "none", [], "")
+    return torch.ops.aten._unsafe_view(out, (*x.shape[:-1], out.shape[-1]))
+
+
 class _OneDNNMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor) -> Tensor:
         ctx.save_for_backward(x, weight)
-        return _LINEAR(x, weight.t(), None, "none", [], "")
+        return _linear(x, weight.t())
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, weight = ctx.saved_tensors
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:
-            grad_x = _LINEAR(grad.contiguous(), weight, None, "none", [], "")
+            grad_x = _linear(grad.contiguous(), weight)
         if ctx.needs_input_grad[1]:
             grad_w = torch.mm(x.reshape(-1, x.shape[-1]).t(), grad.reshape(-1, grad.shape[-1]))
         return grad_x, grad_w
