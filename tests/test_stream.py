@@ -132,6 +132,34 @@ def test_augmentation_sees_raw_weights_before_normalization(synth, in_memory):
     assert_ws_close(batch.ws, expected)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("source_augments", [True, False])
+@pytest.mark.parametrize("variant_augments", [True, False])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_variant_reads_like_a_fresh_loader_and_shares_memory(synth, mode, source_augments, variant_augments, shuffle):
+    """``variant`` (e.g. un-augmented train batches beside the augmented training loader) yields
+    exactly what a loader built with its options yields, and in memory it holds no second copy
+    of the split unless it needs raw weights that the source only has normalized."""
+    def noise(ws, generator):
+        return ws.map(lambda t: t + 0.01 * torch.randn(t.shape, generator=generator))
+
+    common = dict(batch_size=40, seed=7, limit=150, **mode)
+    source = WeightStoreLoader(synth, augment=noise if source_augments else None, drop_last=True, **common)
+    next(iter(source))  # the source has run an epoch; the variant still starts at epoch 0
+    augment = noise if variant_augments else None
+    variant = source.variant(shuffle=shuffle, augment=augment)
+    fresh = WeightStoreLoader(synth, shuffle=shuffle, augment=augment, **common)
+    for _ in range(2):  # two epochs: same order, same augmentation draws
+        got, want = list(variant), list(fresh)
+        assert [len(b.index) for b in got] == [len(b.index) for b in want]
+        for g, w in zip(got, want):
+            assert torch.equal(g.index, w.index) and torch.equal(g.target, w.target)
+            assert_ws_close(g.ws, w.ws, rtol=1e-6, atol=1e-6)
+    if mode["in_memory"]:
+        shares = not (variant_augments and not source_augments)
+        assert (variant._data is source._data) == shares
+
+
 def test_channel_weights_denormalize(synth):
     norm = Normalizer.from_store(synth)
     raw = raw_weightspace(synth, torch.arange(5))

@@ -17,6 +17,7 @@ applied to raw weights before normalization.
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -90,6 +91,7 @@ class WeightStoreLoader:
         self.normalizer = Normalizer.from_store(self.store) if normalize else None
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.augment, self.num_workers, self.pin_memory = augment, num_workers, pin_memory
+        self.buffer_chunks = buffer_chunks
         self.epoch = 0
         self.in_memory = self.split_bytes <= ram_budget if in_memory is None else bool(in_memory)
         if self.in_memory:
@@ -132,10 +134,30 @@ class WeightStoreLoader:
         for batch in batches:
             yield batch.pin_memory() if self.pin_memory else batch
 
+    def variant(self, *, shuffle: bool, augment=None, drop_last: bool = False) -> WeightStoreLoader:
+        """This loader's split, store, batch size, seed and target with other reading options.
+
+        In memory the variant shares this loader's arrays instead of reading a second copy (e.g.
+        the un-augmented train batches for batch-norm statistics or a linear probe beside the
+        augmented training loader); if those arrays are already normalized and the variant
+        augments (which needs raw weights), it reads its own. Streaming variants stream on their own.
+        """
+        if not self.in_memory or (augment is not None and self._data_normalized):
+            return WeightStoreLoader(
+                self.store, self.split, batch_size=self.batch_size, target=self.target_names, shuffle=shuffle,
+                seed=self.seed, normalize=self.normalizer is not None, augment=augment, drop_last=drop_last,
+                num_workers=self.num_workers, buffer_chunks=self.buffer_chunks,
+                in_memory=self.in_memory, pin_memory=self.pin_memory, limit=self.num_networks,
+            )
+        other = copy.copy(self)
+        other.shuffle, other.augment, other.drop_last, other.epoch = shuffle, augment, drop_last, 0
+        return other
+
     def _load_split(self) -> Batch:
         ws = weightspace_from_arrays(self.store.read(self.start, self.stop))
         data = Batch(ws, self.targets, torch.arange(self.start, self.stop))
-        if self.augment is None and self.normalizer is not None:  # nothing random: normalize once
+        self._data_normalized = self.augment is None and self.normalizer is not None
+        if self._data_normalized:  # nothing random: normalize once
             data = prepare(data, None, self.normalizer, None)
         return data
 
@@ -144,10 +166,10 @@ class WeightStoreLoader:
         n = self.num_networks
         order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
         stop = n - n % self.batch_size if self.drop_last else n
-        already_normalized = self.augment is None
+        raw = not self._data_normalized and (self.augment is not None or self.normalizer is not None)
         for i in range(0, stop, self.batch_size):
             batch = self._data.take(order[i : i + self.batch_size])
-            if not already_normalized:
+            if raw:
                 batch = prepare(batch, self.augment, self.normalizer, generator)
             yield batch
 

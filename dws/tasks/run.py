@@ -151,18 +151,19 @@ def fit_run(opts: TrainOptions, log=print, train_fn=train, write: bool = True) -
 
     def loaders(seed: int) -> dict:
         common = dict(batch_size=opts.batch_size, target=task.target, seed=seed, num_workers=opts.loader_workers)
+        train = WeightStoreLoader(data_store, "train", shuffle=True, augment=augment,
+                                  drop_last=task.name == "ssl", limit=opts.train_limit, **common)
         out = {
-            "train": WeightStoreLoader(data_store, "train", shuffle=True, augment=augment,
-                                       drop_last=task.name == "ssl", limit=opts.train_limit, **common),
+            "train": train,
             "val": WeightStoreLoader(data_store, "val", shuffle=False, **common),
             "test": WeightStoreLoader(data_store, "test", shuffle=False, **common),
         }
+        # the train split un-augmented (as evaluated), sharing the training loader's arrays in memory
         if task.name == "ssl":
-            out["probe"] = WeightStoreLoader(data_store, "train", shuffle=False, limit=opts.train_limit, **common)
+            out["probe"] = train.variant(shuffle=False)
         if opts.precise_bn > 0 and opts.bn:
-            # un-augmented (as evaluated), a fresh random subset of the (limited) train split per pass
-            calibrate = WeightStoreLoader(data_store, "train", shuffle=True, limit=opts.train_limit, **common)
-            out["calibrate"] = FirstBatches(calibrate, math.ceil(opts.precise_bn / opts.batch_size))
+            # a fresh random subset of the (limited) train split per pass
+            out["calibrate"] = FirstBatches(train.variant(shuffle=True), math.ceil(opts.precise_bn / opts.batch_size))
         return out
 
     def fit(config: TrainConfig) -> TrainResult:
