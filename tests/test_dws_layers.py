@@ -256,3 +256,19 @@ def test_onednn_channel_mix_matches_matmul(seed):
     grads_ref = torch.autograd.grad((y_ref * cot).sum(), (x, w))
     for g, r in zip(grads, grads_ref):
         assert torch.allclose(g, r, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("depth", [3, 4, 5])
+def test_unpooled_features_of_a_hidden_weight_are_the_tensor_itself(depth):
+    """A hidden weight's identity-term features are its own tensor, not a view of it: with a view,
+    autograd sums that tensor's gradients (identity product + max pools) out of place, one extra
+    full-size pass and allocation per layer."""
+    from dws.nn.layout import to_features
+    from dws.nn.structure import make_slots
+
+    widths = (2,) + (5,) * (depth - 1) + (1,)
+    hidden = [s for s in make_slots(widths) if len(s.set_axes) == 2]
+    assert hidden
+    for slot in hidden:
+        x = torch.randn(3, *(widths[a] for a in slot.axes), 4)
+        assert to_features(x, slot, slot.set_axes) is x

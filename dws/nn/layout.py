@@ -19,6 +19,9 @@ def to_features(x: Tensor, slot: Slot, kept: tuple[int, ...]) -> Tensor:
     order = [1 + axes.index(a) for a in kept] + [1 + axes.index(a) for a in slot.free_axes]
     if order != sorted(order):
         x = x.permute(0, *order, x.dim() - 1)
+    if x.dim() == 2 + len(kept):  # no free axes: already [B, *kept, C]
+        # (a no-op reshape would be a view: autograd then sums this input's gradients out of place)
+        return x
     return x.reshape(*x.shape[: 1 + len(kept)], -1)
 
 
