@@ -166,10 +166,9 @@ class WeightStoreLoader:
         n = self.num_networks
         order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
         stop = n - n % self.batch_size if self.drop_last else n
-        raw = not self._data_normalized and (self.augment is not None or self.normalizer is not None)
         for i in range(0, stop, self.batch_size):
             batch = self._data.take(order[i : i + self.batch_size])
-            if raw:
+            if not self._data_normalized:  # (a no-op without augmentation and normalizer)
                 batch = prepare(batch, self.augment, self.normalizer, generator)
             yield batch
 
