@@ -272,3 +272,53 @@ def test_unpooled_features_of_a_hidden_weight_are_the_tensor_itself(depth):
     for slot in hidden:
         x = torch.randn(3, *(widths[a] for a in slot.axes), 4)
         assert to_features(x, slot, slot.set_axes) is x
+
+
+@pytest.mark.parametrize("onednn", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_identity_product_and_max_pools_in_one_node(seed, onednn, monkeypatch):
+    """The hidden weight's identity product and its max pools from one autograd node give the
+    values and input/weight gradients of a separate matmul and ``amax``es, for random shapes; also
+    when only the pools, or only the product, are used (the other gradients are None)."""
+    from dws.nn import matmul
+    from dws.nn.identity import MatmulAndMaxPools
+
+    if onednn:
+        if matmul._LINEAR is None:
+            pytest.skip("PyTorch built without oneDNN")
+        monkeypatch.setattr(matmul, "ONEDNN_MIN_ROWS", 0)
+    dtype, tol = (torch.float32, 1e-4) if onednn else (torch.float64, 1e-12)
+    gen = torch.Generator().manual_seed(seed)
+    b, r, c, f_in, f_out = (int(s) for s in torch.randint(1, 9, (5,), generator=gen))
+    x = torch.randn(b, r, c, f_in, dtype=dtype, generator=gen, requires_grad=True)
+    w = torch.randn(f_in, f_out, dtype=dtype, generator=gen, requires_grad=True)
+    dims = [(1,), (2,)]
+    outs = MatmulAndMaxPools.apply(x, w, *dims)
+    refs = [torch.matmul(x, w)] + [x.amax(dim=d) for d in dims]
+    assert not outs[0]._is_view()  # the layer adds its broadcast terms into it in place
+    for used in ([0, 1, 2], [1, 2], [0]):
+        cots = [torch.randn(refs[k].shape, dtype=dtype, generator=gen) for k in used]
+        got = torch.autograd.grad(sum((outs[k] * ct).sum() for k, ct in zip(used, cots)), (x, w),
+                                  retain_graph=True, allow_unused=True)
+        want = torch.autograd.grad(sum((refs[k] * ct).sum() for k, ct in zip(used, cots)), (x, w),
+                                   retain_graph=True, allow_unused=True)
+        for g, r_ in zip(got, want):
+            assert (g is None) == (r_ is None)
+            if g is not None:
+                assert torch.allclose(g, r_, atol=tol, rtol=tol)
+    for o, r_ in zip(outs, refs):
+        assert torch.allclose(o, r_, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("depth", [3, 4, 5])
+def test_hidden_weights_share_one_node_for_product_and_pools(depth):
+    """For every weight between two hidden layers, the layer takes the identity product and the
+    row and column max pools from one node, so their gradients meet in one buffer (and with mean
+    pooling, which has no argmax to scatter, it does not)."""
+    from dws.nn.layer import DWSLayer
+
+    widths = (2,) + (4,) * (depth - 1) + (1,)
+    for pool, expected in (("max", depth - 2), ("mean", 0)):
+        layer = DWSLayer(widths, 3, 5, pool=pool)
+        assert len(layer._fused_identity) == expected
+        assert all(s.kind == "weight" and len(s.set_axes) == 2 for s in layer._fused_identity.values())

@@ -21,7 +21,8 @@ from dws.nn.blocks import block_classes
 from dws.nn.init import scaled_xavier_normal_
 from dws.nn.layout import from_features
 from dws.nn.matmul import mix_channels
-from dws.nn.pooling import PooledInputs, check_pool
+from dws.nn.identity import MatmulAndMaxPools
+from dws.nn.pooling import PooledInputs, check_pool, direct_pools
 from dws.nn.structure import PoolGroup, Slot, make_groups, make_slots
 from dws.nn.validate import prepare_input
 from dws.weightspace import WeightSpace
@@ -68,6 +69,15 @@ class DWSLayer(nn.Module):
             else None
         )
         self.reset_parameters(init_scale)
+        # max pooling: each slot's pools taken straight from its input tensor, computed together
+        self._direct_pools = direct_pools((s, g.kept) for g in self.groups for s in g.members) if self.pool == "max" else {}
+        # groups whose product shares one autograd node with its slot's direct pools: the identity
+        # term of a weight between two hidden layers (see dws.nn.identity)
+        self._fused_identity = {
+            i: g.members[0] for i, g in enumerate(self.groups)
+            if len(g.members) == 1 and g.kept == g.members[0].set_axes and not g.members[0].free_axes
+            and g.members[0] in self._direct_pools
+        }
 
     # ------------------------------------------------------------------ structure
     def _features(self, group: PoolGroup, channels: int) -> int:
@@ -116,11 +126,20 @@ class DWSLayer(nn.Module):
     def forward(self, ws: WeightSpace) -> WeightSpace:
         ws = prepare_input(ws, self.widths, self.in_channels, type(self).__name__)
         pooled = PooledInputs(dict(zip(self.slots, ws.weights + ws.biases)), self.pool)
-        pooled.prefetch((s, g.kept) for g in self.groups for s in g.members)
+        products: dict[int, Tensor] = {}
+        for i, slot in self._fused_identity.items():
+            pools = self._direct_pools[slot]
+            y, *outs = MatmulAndMaxPools.apply(pooled.tensors[slot], self.group_weights[i], *((d,) for d in pools.values()))
+            products[i] = y
+            pooled.store(slot, pools, outs)
+        pooled.prefetch(self._direct_pools)
         terms: dict[Slot, list[Tensor]] = {s: [] for s in self.slots}
-        for group, weight in zip(self.groups, self.group_weights):
-            feats = [pooled.features(s, group.kept) for s in group.members]
-            y = mix_channels(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0], weight)
+        for i, (group, weight) in enumerate(zip(self.groups, self.group_weights)):
+            if i in products:
+                y = products[i]
+            else:
+                feats = [pooled.features(s, group.kept) for s in group.members]
+                y = mix_channels(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0], weight)
             if len(group.members) == 1:  # no split: keeps e.g. the identity term a fresh tensor
                 parts: Sequence[Tensor] = (y,)
             else:

@@ -30,15 +30,36 @@ def _onednn_linear_op():
 _LINEAR = _onednn_linear_op()
 
 
-def mix_channels(x: Tensor, weight: Tensor, min_rows: int = ONEDNN_MIN_ROWS) -> Tensor:
-    """``x @ weight`` for ``x`` [..., F_in] and ``weight`` [F_in, F_out]."""
-    rows = x.numel() // max(x.shape[-1], 1)
-    if (
-        _LINEAR is not None and rows >= min_rows and x.device.type == "cpu"
+def uses_onednn(x: Tensor, weight: Tensor, min_rows: int | None = None) -> bool:
+    """Whether ``x @ weight`` goes to oneDNN: a large float32 CPU product (see the module doc)."""
+    min_rows = ONEDNN_MIN_ROWS if min_rows is None else min_rows
+    return (
+        _LINEAR is not None and x.numel() // max(x.shape[-1], 1) >= min_rows and x.device.type == "cpu"
         and x.dtype == torch.float32 and weight.dtype == torch.float32
-    ):
+    )
+
+
+def mix_channels(x: Tensor, weight: Tensor, min_rows: int | None = None) -> Tensor:
+    """``x @ weight`` for ``x`` [..., F_in] and ``weight`` [F_in, F_out]."""
+    if uses_onednn(x, weight, min_rows):
         return _OneDNNMatmul.apply(x, weight)
     return torch.matmul(x, weight)
+
+
+def product(x: Tensor, weight: Tensor, onednn: bool) -> Tensor:
+    """``x @ weight`` as a fresh tensor, without autograd (for custom autograd nodes)."""
+    return _linear(x, weight.t()) if onednn else torch.matmul(x, weight)
+
+
+def input_grad(grad: Tensor, weight: Tensor, onednn: bool) -> Tensor:
+    """``grad @ weight.T``: the gradient of ``x @ weight`` with respect to ``x``, a fresh tensor."""
+    return _linear(grad.contiguous(), weight) if onednn else torch.matmul(grad, weight.t())
+
+
+def weight_grad(x: Tensor, grad: Tensor) -> Tensor:
+    """``x.T @ grad`` over all leading axes: the gradient of ``x @ weight`` with respect to ``weight``
+    (a long reduction, where MKL beats oneDNN)."""
+    return torch.mm(x.reshape(-1, x.shape[-1]).t(), grad.reshape(-1, grad.shape[-1]))
 
 
 def _linear(x: Tensor, weight_t: Tensor) -> Tensor:
@@ -53,14 +74,11 @@ class _OneDNNMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor) -> Tensor:
         ctx.save_for_backward(x, weight)
-        return _linear(x, weight.t())
+        return product(x, weight, onednn=True)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, weight = ctx.saved_tensors
-        grad_x = grad_w = None
-        if ctx.needs_input_grad[0]:
-            grad_x = _linear(grad.contiguous(), weight)
-        if ctx.needs_input_grad[1]:
-            grad_w = torch.mm(x.reshape(-1, x.shape[-1]).t(), grad.reshape(-1, grad.shape[-1]))
+        grad_x = input_grad(grad, weight, onednn=True) if ctx.needs_input_grad[0] else None
+        grad_w = weight_grad(x, grad) if ctx.needs_input_grad[1] else None
         return grad_x, grad_w

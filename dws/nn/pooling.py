@@ -48,30 +48,42 @@ class MaxOverDims(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, *dims_list: tuple[int, ...]):
         ctx.set_materialize_grads(False)
-        if any(len(dims) != 1 for dims in dims_list):
-            raise ValueError(f"MaxOverDims pools one dim at a time, got {dims_list}")
-        outs, positions = [], []
-        for (dim,) in dims_list:
-            outer, length, inner = _split_at(x.shape, dim)
-            view = x.reshape(outer, length, 1, inner).permute(0, 3, 1, 2)  # channels-last [outer, inner, L, 1]
-            y, idx = torch.nn.functional.max_pool2d_with_indices(view, (length, 1))
-            outs.append(y.reshape(*x.shape[:dim], *x.shape[dim + 1 :]))
-            # flat position of each maximum in x: (o * L + idx) * inner + i
-            positions.append(idx.view(outer, inner).mul(inner).add_(_flat_offsets(outer, length, inner, x.device)))
+        outs, positions = max_pools(x, dims_list)
         ctx.save_for_backward(*positions)
         ctx.shape, ctx.dims_list = x.shape, dims_list
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads: Tensor | None):
-        out = None
-        for pos, grad in zip(ctx.saved_tensors, grads):
-            if grad is None:
-                continue
-            if out is None:
-                out = grad.new_zeros(ctx.shape)
-            out.view(-1).index_add_(0, pos.view(-1), grad.reshape(-1))  # (a flat index_add beats scatter_add_)
+        present = [g for g in grads if g is not None]
+        out = present[0].new_zeros(ctx.shape) if present else None
+        if present:
+            add_pool_grads_(out, ctx.saved_tensors, grads)
         return (out,) + (None,) * len(ctx.dims_list)
+
+
+def max_pools(x: Tensor, dims_list) -> tuple[list[Tensor], list[Tensor]]:
+    """``amax`` of ``x`` over each ``(dim,)`` of ``dims_list`` (no autograd), with the flat position
+    in ``x`` of each maximum (for :func:`add_pool_grads_`)."""
+    if any(len(dims) != 1 for dims in dims_list):
+        raise ValueError(f"max pools are taken one dim at a time, got {dims_list}")
+    outs, positions = [], []
+    for (dim,) in dims_list:
+        outer, length, inner = _split_at(x.shape, dim)
+        view = x.reshape(outer, length, 1, inner).permute(0, 3, 1, 2)  # channels-last [outer, inner, L, 1]
+        y, idx = torch.nn.functional.max_pool2d_with_indices(view, (length, 1))
+        outs.append(y.reshape(*x.shape[:dim], *x.shape[dim + 1 :]))
+        # flat position of each maximum in x: (o * L + idx) * inner + i
+        positions.append(idx.view(outer, inner).mul(inner).add_(_flat_offsets(outer, length, inner, x.device)))
+    return outs, positions
+
+
+def add_pool_grads_(grad_x: Tensor, positions, grads) -> None:
+    """Add each pooled gradient to its maximum's entry of ``grad_x`` (contiguous), in place."""
+    flat = grad_x.view(-1)
+    for pos, grad in zip(positions, grads):
+        if grad is not None:
+            flat.index_add_(0, pos.view(-1), grad.reshape(-1))  # (a flat index_add beats scatter_add_)
 
 
 @functools.lru_cache(maxsize=32)
@@ -130,27 +142,21 @@ class PooledInputs:
                 self._native[key] = reduce(parent, (dim,), self.pool)
         return self._native[key]
 
-    def prefetch(self, keys: Iterable[tuple[Slot, tuple[int, ...]]]) -> None:
-        """Compute, for max pooling, all pools taken directly from one raw tensor that ``native``
-        will need for ``keys`` in a single :class:`MaxOverDims` node (one backward buffer)."""
+    def prefetch(self, direct: Mapping[Slot, Mapping[tuple[int, ...], int]]) -> None:
+        """Compute, for max pooling, each slot's pools taken directly from its raw tensor (``direct``,
+        from :func:`direct_pools`) in a single :class:`MaxOverDims` node (one backward buffer)."""
         if self.pool != "max":
             return
-        direct: dict[Slot, dict[tuple[int, ...], int]] = {}
-        for slot, kept in keys:
-            while True:
-                dropped = [a for a in slot.set_axes if a not in kept]
-                if len(dropped) <= 1:
-                    if dropped:
-                        direct.setdefault(slot, {})[kept] = 1 + list(slot.axes).index(dropped[0])
-                    break
-                kept = tuple(sorted(set(kept) | {dropped[0]}, reverse=True))
         for slot, pools in direct.items():
             todo = [k for k in pools if (slot, k) not in self._native]
             if len(todo) < 2:
                 continue
-            outs = MaxOverDims.apply(self.tensors[slot], *((pools[k],) for k in todo))
-            for k, y in zip(todo, outs):
-                self._native[(slot, k)] = y
+            self.store(slot, todo, MaxOverDims.apply(self.tensors[slot], *((pools[k],) for k in todo)))
+
+    def store(self, slot: Slot, kept_sets: Iterable[tuple[int, ...]], pools: Iterable[Tensor]) -> None:
+        """Use ``pools`` (computed elsewhere) as ``slot`` pooled to each of ``kept_sets``."""
+        for kept, y in zip(kept_sets, pools):
+            self._native[(slot, kept)] = y
 
     def features(self, slot: Slot, kept: tuple[int, ...]) -> Tensor:
         """``[B, *kept sizes, free_size * C]``: the slot pooled to ``kept``, free axes in features."""
@@ -158,3 +164,18 @@ class PooledInputs:
         if key not in self._features:
             self._features[key] = to_features(self.native(slot, kept), slot, kept)
         return self._features[key]
+
+
+def direct_pools(keys: Iterable[tuple[Slot, tuple[int, ...]]]) -> dict[Slot, dict[tuple[int, ...], int]]:
+    """For pools ``(slot, kept)``, the single-axis pools of each raw slot tensor they are built
+    from: ``{slot: {kept: dim}}`` (``dim`` the tensor axis pooled, batch axis 0)."""
+    direct: dict[Slot, dict[tuple[int, ...], int]] = {}
+    for slot, kept in keys:
+        while True:
+            dropped = [a for a in slot.set_axes if a not in kept]
+            if len(dropped) <= 1:
+                if dropped:
+                    direct.setdefault(slot, {})[kept] = 1 + list(slot.axes).index(dropped[0])
+                break
+            kept = tuple(sorted(set(kept) | {dropped[0]}, reverse=True))
+    return direct

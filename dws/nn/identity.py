@@ -1,0 +1,45 @@
+"""A hidden weight's identity term and its max pools in one autograd node.
+
+A weight between two hidden layers (``W_m``, ``[B, d_m, d_{m-1}, C]``, both axes permuted) is the
+largest tensor of a DWS layer, and the layer reads it in two ways: the channel-mixing product of
+the identity term (which keeps both indices) and the max pools over its rows and its columns
+(from which the row, column and global terms are built). As two autograd nodes, their backward
+gives the input two full-size gradients, the product's and a zero-filled buffer into which the
+pools' gradients are scattered, and autograd adds them: a fill and an add pass over the largest
+tensor, every layer. Here the pools' gradients are added straight into the product's gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dws.nn.matmul import input_grad, product, uses_onednn, weight_grad
+from dws.nn.pooling import add_pool_grads_, max_pools
+
+Tensor = torch.Tensor
+
+
+class MatmulAndMaxPools(torch.autograd.Function):
+    """``MatmulAndMaxPools.apply(x, weight, (d_1,), (d_2,), ...)`` returns ``(x @ weight, amax(x, d_1),
+    amax(x, d_2), ...)``; the product as a fresh tensor (the layer adds its broadcast terms into it in
+    place), the pools as :class:`dws.nn.pooling.MaxOverDims` computes them."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, *dims_list: tuple[int, ...]):
+        ctx.set_materialize_grads(False)
+        onednn = uses_onednn(x, weight)
+        pools, positions = max_pools(x, dims_list)
+        ctx.save_for_backward(x, weight, *positions)
+        ctx.onednn, ctx.num_pools = onednn, len(dims_list)
+        return (product(x, weight, onednn), *pools)
+
+    @staticmethod
+    def backward(ctx, grad_y: Tensor | None, *grad_pools: Tensor | None):
+        x, weight, *positions = ctx.saved_tensors
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_x = x.new_zeros(x.shape) if grad_y is None else input_grad(grad_y, weight, ctx.onednn)
+            add_pool_grads_(grad_x, positions, grad_pools)
+        if ctx.needs_input_grad[1] and grad_y is not None:
+            grad_w = weight_grad(x, grad_y)
+        return (grad_x, grad_w) + (None,) * ctx.num_pools
