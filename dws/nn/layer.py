@@ -70,7 +70,8 @@ class DWSLayer(nn.Module):
         )
         self.reset_parameters(init_scale)
         # max pooling: each slot's pools taken straight from its input tensor, computed together
-        self._direct_pools = direct_pools((s, g.kept) for g in self.groups for s in g.members) if self.pool == "max" else {}
+        needed = ((s, g.kept) for g in self.groups for s in g.members)
+        self._direct_pools = direct_pools(needed) if self.pool == "max" else {}
         # groups whose product shares one autograd node with its slot's direct pools: the identity
         # term of a weight between two hidden layers (see dws.nn.identity)
         self._fused_identity = {
@@ -128,9 +129,9 @@ class DWSLayer(nn.Module):
         pooled = PooledInputs(dict(zip(self.slots, ws.weights + ws.biases)), self.pool)
         products: dict[int, Tensor] = {}
         for i, slot in self._fused_identity.items():
-            pools = self._direct_pools[slot]
-            y, *outs = MatmulAndMaxPools.apply(pooled.tensors[slot], self.group_weights[i], *((d,) for d in pools.values()))
-            products[i] = y
+            pools = self._direct_pools[slot]  # {kept: pooled dim}
+            dims = ((d,) for d in pools.values())
+            products[i], *outs = MatmulAndMaxPools.apply(pooled.tensors[slot], self.group_weights[i], *dims)
             pooled.store(slot, pools, outs)
         pooled.prefetch(self._direct_pools)
         terms: dict[Slot, list[Tensor]] = {s: [] for s in self.slots}

@@ -56,9 +56,10 @@ class MaxOverDims(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads: Tensor | None):
         present = [g for g in grads if g is not None]
-        out = present[0].new_zeros(ctx.shape) if present else None
-        if present:
-            add_pool_grads_(out, ctx.saved_tensors, grads)
+        if not present:
+            return (None,) * (1 + len(ctx.dims_list))
+        out = present[0].new_zeros(ctx.shape)
+        add_pool_grads_(out, ctx.saved_tensors, grads)
         return (out,) + (None,) * len(ctx.dims_list)
 
 
