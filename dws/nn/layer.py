@@ -7,6 +7,8 @@ added by broadcasting. A layer for an M-layer MLP therefore runs ``O(M)`` small 
 channel-mixing matmul per hidden weight matrix, and no dense map over the weight space; the block
 ``s -> t`` of the tables is the ``(s, t)`` sub-matrix of each group holding both (see
 :meth:`DWSLayer.block_weight`, used by the block-by-block reference in :mod:`dws.nn.reference`).
+With max pooling, the channel-mixing product of a weight between two hidden layers and that
+weight's row and column pools come from one autograd node (:mod:`dws.nn.identity`).
 """
 
 from __future__ import annotations
