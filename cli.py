@@ -18,7 +18,7 @@ class _ExpectedErrors(click.Group):
 
         try:
             return super().invoke(ctx)
-        except (DataError, StoreError, KeyError, ValueError) as exc:
+        except (DataError, StoreError, KeyError, ValueError, FileNotFoundError) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             click.secho(f"error: {msg}", fg="red", err=True)
             sys.exit(2)

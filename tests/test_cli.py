@@ -1,5 +1,6 @@
 """The `zoo` command: info, show and the one-line errors for bad input."""
 
+import pytest
 from click.testing import CliRunner
 
 from cli import main
@@ -32,3 +33,51 @@ def test_generate_offers_every_init_the_fitter_knows():
 
     option = next(p for p in main.commands["generate"].params if p.name == "init")
     assert tuple(option.type.choices) == INITS
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--limit", "train=-3,val=1,test=1"], "cannot be negative"),
+    (["--limit", "train=0,val=0,test=0"], "no networks"),
+    (["--limit", "-5"], "--limit must be at least 1"),
+    (["--steps", "0"], "--steps must be at least 1"),
+    (["--lr", "-1"], "--lr must be positive"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--device", "foo"], "is not a device"),
+])
+def test_generate_refuses_bad_values_before_creating_anything(tmp_path, options, message):
+    out = tmp_path / "store"
+    result = CliRunner().invoke(main, ["generate", "mnist-inr", "--dataset", "digits", "--out", str(out), *options])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--epochs", "0"], "--epochs must be at least 1"),
+    (["--seeds", "0"], "--seeds must be at least 1"),
+    (["--hidden-channels", "0"], "--hidden-channels must be at least 1"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--lr", "0"], "--lr must be positive"),
+    (["--dropout", "1"], "--dropout must be in [0, 1)"),
+    (["--device", "foo"], "is not a device"),
+])
+def test_train_refuses_bad_values_before_creating_a_run(tiny_store, tmp_path, options, message):
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", str(tiny_store), "--out", str(run), *options])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not run.exists()
+
+
+def test_eval_of_a_folder_that_is_not_a_run_is_one_clear_line(tiny_store, tmp_path):
+    """E.g. RUN and STORE swapped: the store folder has no checkpoint."""
+    result = CliRunner().invoke(main, ["eval", str(tiny_store), str(tiny_store)])
+    assert result.exit_code == 2, result.output
+    assert "has no best.pt" in result.output and "Traceback" not in result.output
+
+
+def test_summary_of_one_seed_shows_no_spread():
+    from dws.tasks.protocol import format_summary
+
+    assert format_summary({"mean": 0.5, "std": 0.0}, 1) == "0.5000 (one seed)"
+    assert format_summary({"mean": 0.5, "std": 0.01}, 3) == "0.5000 ± 0.0100 (3 seeds)"

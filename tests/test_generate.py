@@ -82,8 +82,11 @@ def test_rerun_of_complete_store_changes_nothing(reference_store):
 
 
 def test_rerun_with_other_settings_is_refused(reference_store):
-    with pytest.raises(StoreError, match="different settings"):
+    """The refusal names only the settings that differ, with both values."""
+    with pytest.raises(StoreError, match="different settings") as err:
         generate(GenerateOptions(out=str(reference_store), **{**SMALL, "seed": 1}), log=lambda *_: None)
+    differences = str(err.value).splitlines()[1:-1]
+    assert differences == ["  generation.seed: store 0, asked 1"]
 
 
 def test_resume_of_a_store_with_other_init_ranges_is_refused(tmp_path):

@@ -31,6 +31,7 @@ import torch
 
 from zoo.store.location import store_root
 
+from .protocol import format_summary
 from .run import TrainOptions, default_run_dir, fit_run, setup_run
 from .trainer import train
 
@@ -116,5 +117,5 @@ def train_distributed(opts: TrainOptions, log=print) -> dict:
     metric = next(iter(metrics["summary"]))
     summary = metrics["summary"][metric]
     log(f"{opts.model} on {Path(opts.store).name} ({opts.task}, {opts.workers} workers, "
-        f"{time.perf_counter() - t0:.0f} s): test {metric} {summary['mean']:.4f} ± {summary['std']:.4f} -> {run_dir}")
+        f"{time.perf_counter() - t0:.0f} s): test {metric} {format_summary(summary, len(metrics['seeds']))} -> {run_dir}")
     return {"run_dir": str(run_dir), **metrics}

@@ -47,3 +47,10 @@ def summarize(task: Task, lr: float, first_seed: int, runs: list[TrainResult], s
         "summary": {task.metric: {"mean": float(tests.mean()), "std": float(tests.std())}},
         "results": runs,
     }
+
+
+def format_summary(summary: dict, num_seeds: int) -> str:
+    """``mean ± std (N seeds)``, or ``mean (one seed)``: a std over one seed is no spread."""
+    if num_seeds == 1:
+        return f"{summary['mean']:.4f} (one seed)"
+    return f"{summary['mean']:.4f} ± {summary['std']:.4f} ({num_seeds} seeds)"

@@ -20,13 +20,14 @@ import torch
 from dws.stream import Normalizer, WeightStoreLoader, inr_augmentation
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from dws.stream.batch import weightspace_from_arrays
+from zoo.devices import resolve_device
 from zoo.store import StoreError, WeightStore
 from zoo.store.derive import write_store
 
 from .allocator import retain_freed_memory
 from .models import build_model
 from .objectives import get_task, output_size
-from .protocol import PAPER_LRS, run_protocol, summarize
+from .protocol import PAPER_LRS, format_summary, run_protocol, summarize
 from .trainer import TrainConfig, TrainResult, evaluate, train
 
 ARCH_KEYS = ("widths", "activation", "w0_per_layer", "output_offset")
@@ -116,7 +117,24 @@ def _aligned_store(store: WeightStore, model, run_dir: Path, log) -> WeightStore
     return WeightStore(root)
 
 
+def check_options(opts: TrainOptions) -> None:
+    """Refuse option values that cannot train before anything is read or created (ValueError)."""
+    at_least = {"--epochs": (opts.epochs, 1), "--batch-size": (opts.batch_size, 1), "--seeds": (opts.seeds, 1),
+                "--hidden-channels": (opts.hidden_channels, 1), "--num-layers": (opts.num_layers, 1),
+                "--loader-workers": (opts.loader_workers, 0), "--workers": (opts.workers, 1),
+                "--patience": (opts.patience, 1), "--train-limit": (opts.train_limit, 1)}
+    for flag, (value, least) in at_least.items():
+        if value is not None and value < least:
+            raise ValueError(f"{flag} must be at least {least}, got {value}")
+    if opts.lr is not None and not opts.lr > 0:
+        raise ValueError(f"--lr must be positive, got {opts.lr}")
+    if not 0 <= opts.dropout < 1:
+        raise ValueError(f"--dropout must be in [0, 1), got {opts.dropout}")
+    resolve_device(opts.device)
+
+
 def train_run(opts: TrainOptions, log=print) -> dict:
+    check_options(opts)
     if opts.workers > 1:
         from .distributed import train_distributed
 
@@ -129,6 +147,8 @@ def setup_run(opts: TrainOptions, log=print):
     store = WeightStore(opts.store)
     task = get_task(opts.task, opts.target)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
+    if (run_dir / "metrics.json").exists():
+        log(f"note: {run_dir} holds an earlier run; this one replaces it when it finishes")
     run_dir.mkdir(parents=True, exist_ok=True)
     num_classes = _num_classes(store) if task.name == "classify" else None
     out_features = output_size(task, num_classes)
@@ -144,7 +164,7 @@ def setup_run(opts: TrainOptions, log=print):
 def fit_run(opts: TrainOptions, log=print, train_fn=train, write: bool = True) -> dict:
     """Train (the lr protocol and seeds of ``opts``) with ``train_fn`` and write the run directory if ``write``."""
     store, task, run_dir, num_classes, out_features, model_kw, data_store = setup_run(opts, log)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if opts.device == "auto" else opts.device
+    device = resolve_device(opts.device)
     if torch.device(device).type == "cpu":
         retain_freed_memory()  # ~20% faster DWSNet steps: no page faults for re-allocated activations
     augment = default_augmentation(store) if opts.augment else None
@@ -207,7 +227,7 @@ def write_run(opts, log, store, task, run_dir, num_classes, out_features, model_
                run_dir / "best.pt")
     plot_curves(metrics["history"], task.metric, run_dir / "curve.png")
     log(f"{opts.model} on {store.root.name} ({task.name}): test {task.metric} "
-        f"{outcome['summary'][task.metric]['mean']:.4f} ± {outcome['summary'][task.metric]['std']:.4f} -> {run_dir}")
+        f"{format_summary(outcome['summary'][task.metric], len(results))} -> {run_dir}")
     return {"run_dir": str(run_dir), **metrics}
 
 

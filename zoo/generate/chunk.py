@@ -12,20 +12,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from ..devices import resolve_device
 from ..fit.fitter import FitConfig, fit_batch
 from ..fit.siren import Grid2D, SirenSpec, network_seed
 from ..store.format import bias_name, weight_name
 from ..store.reader import WeightStore
 from ..store.stats import Moments
 from ..store.writer import write_chunk
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was asked for but CUDA is not available here")
-    return device
 
 
 def fit_chunk(

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..devices import resolve_device
 from ..fit.siren import Grid2D, SirenSpec
 from ..sources import get_source
 from ..sources.images import ImageSource
@@ -28,7 +29,7 @@ from ..store.writer import (
     mark_chunks_complete,
     missing_chunks,
 )
-from .chunk import chunk_moments, fit_chunk, resolve_device
+from .chunk import chunk_moments, fit_chunk
 from .executors import make_executor
 from .kinds import get_kind
 from .plan import LIMIT_RULE, Plan, build_plan
@@ -56,6 +57,36 @@ class GenerateOptions:
     no_early_stop: bool = False
     compile: bool = False  # torch.compile the fitting step (faster; float rounding differs from eager)
     progress: bool = True
+
+
+def check_options(opts: GenerateOptions) -> None:
+    """Refuse values that cannot make a store before anything is created (ValueError)."""
+    positive = {"--chunk-size": opts.chunk_size, "--workers": opts.workers, "--views": opts.views,
+                "--steps": opts.steps}
+    for flag, value in positive.items():
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
+    if opts.lr is not None and not opts.lr > 0:
+        raise ValueError(f"--lr must be positive, got {opts.lr}")
+    if isinstance(opts.limit, dict):
+        negative = {split: n for split, n in opts.limit.items() if n < 0}
+        if negative:
+            raise ValueError(f"--limit: a split's count cannot be negative ({negative})")
+        if not any(opts.limit.values()):
+            raise ValueError("--limit keeps no networks at all")
+    elif opts.limit is not None and opts.limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {opts.limit}")
+    resolve_device(opts.device)
+
+
+def settings_diff(stored, asked, prefix: str = "") -> list[str]:
+    """``key: stored != asked`` for every leaf where two nested settings dicts differ."""
+    if isinstance(stored, dict) and isinstance(asked, dict):
+        lines = []
+        for key in list(stored) + [k for k in asked if k not in stored]:
+            lines += settings_diff(stored.get(key), asked.get(key), f"{prefix}{key}.")
+        return lines
+    return [] if stored == asked else [f"{prefix.rstrip('.')}: store {stored!r}, asked {asked!r}"]
 
 
 def _fit_config(kind, opts: GenerateOptions):
@@ -86,11 +117,10 @@ def _coords(source):
 def generate(opts: GenerateOptions, log=print) -> dict:
     """Create or resume the store at ``opts.out``; returns its final manifest."""
     kind = get_kind(opts.kind)
+    check_options(opts)
     dataset = opts.dataset or kind.source
     spec = SirenSpec(kind.widths, init=opts.init)
     fit = _fit_config(kind, opts)
-    if opts.chunk_size < 1:
-        raise ValueError("--chunk-size must be positive")
     generation = {
         "kind": kind.name, "dataset": dataset, "limit": opts.limit, "views": opts.views,
         "seed": opts.seed, "chunk_size": opts.chunk_size, "fit": fit.to_manifest(),
@@ -109,9 +139,10 @@ def generate(opts: GenerateOptions, log=print) -> dict:
             # older stores lack the ranges; only siren's have not changed since, so those still resume
             stored["architecture"] = {**stored["architecture"], "init_ranges": asked["architecture"]["init_ranges"]}
         if stored != asked:
+            differences = "\n  ".join(settings_diff(stored, asked))
             raise StoreError(
-                f"{out} was generated with different settings:\n  store: {stored}\n"
-                f"  asked: {asked}\nuse another --out, or rerun with the store's settings to resume it"
+                f"{out} was generated with different settings:\n  {differences}\n"
+                f"use another --out, or rerun with the store's settings to resume it"
             )
         if manifest["status"] == STATUS_COMPLETE:
             log(f"{out} is already complete ({manifest['num_networks']} networks)")
