@@ -47,7 +47,8 @@ ALLOWED_GLOBALS = {
 
 def where_to_put(root: Path) -> str:
     return (f"Extract {ARCHIVE} ({URL}) into {root} so that {root / FOLDER / 'data_batch_1'} exists, or download it "
-            f"with zoo.sources.cifar10.download({str(root)!r}) / get_source('cifar10', root, download=True).")
+            f"with `zoo generate ... --data-root {root} --download` (in Python: get_source('cifar10', root, "
+            f"download=True)).")
 
 
 class _ArrayUnpickler(pickle.Unpickler):

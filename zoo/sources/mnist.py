@@ -84,8 +84,9 @@ def where_to_put(root: Path, dataset: IdxDataset, split: str | None = None) -> s
     """The advice every missing-file error ends with."""
     stems = FILES[split] if split else FILES["train"] + FILES["test"]
     return (f"Put the official {dataset.title} files ({', '.join(s + '[.gz]' for s in stems)}) directly in "
-            f"{root} or in {root / dataset.folder / 'raw'}, e.g. from {dataset.mirrors[0]}, or download them "
-            f"with zoo.sources.mnist.download({str(root)!r}) / get_source({dataset.name!r}, root, download=True).")
+            f"{root} or in {root / dataset.folder / 'raw'}, e.g. from {dataset.mirrors[0]}, or let "
+            f"`zoo generate ... --data-root {root} --download` fetch them (in Python: "
+            f"get_source({dataset.name!r}, root, download=True)).")
 
 
 def locate(root: str | Path, dataset: IdxDataset, stem: str) -> Path | None:
