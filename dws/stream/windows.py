@@ -62,7 +62,7 @@ class WindowStream(IterableDataset):
         self.buffer_chunks, self.shuffle, self.seed = buffer_chunks, shuffle, seed
         self.normalizer, self.augment = normalizer, augment
         self.epoch = 0
-        self._arrays, self._pid = None, None
+        self._store, self._pid = None, None
 
     def windows(self, epoch: int) -> list[list[tuple[int, int]]]:
         order = range(len(self.pieces))
@@ -72,13 +72,12 @@ class WindowStream(IterableDataset):
         return [pieces[i : i + self.buffer_chunks] for i in range(0, len(pieces), self.buffer_chunks)]
 
     def _read(self, lo: int, hi: int) -> dict:
-        """Rows ``lo..hi-1`` of every array; handles are opened once per process (a forked worker
-        opens its own), which halves the Zarr calls of ``WeightStore.read``."""
+        """Rows ``lo..hi-1`` of every array, through ``WeightStore.read`` (which refuses damaged
+        chunks); the store is opened once per process (a forked worker opens its own)."""
         if self._pid != os.getpid():
-            store = WeightStore(self.root)
-            self._arrays = {name: store.group[name] for name in store.parameter_names}
+            self._store = WeightStore(self.root)
             self._pid = os.getpid()
-        return {name: array[lo:hi] for name, array in self._arrays.items()}
+        return self._store.read(lo, hi)
 
     def load(self, k: int, window: list[tuple[int, int]], epoch: int) -> Batch:
         parts = [

@@ -2,18 +2,22 @@
 
 from .format import (
     FORMAT_VERSION,
+    DamagedStoreError,
     IncompleteStoreError,
     StoreError,
     StoreVersionError,
     parameter_shapes,
 )
 from .reader import WeightStore
+from .writer import rebuild_networks_table
 
 __all__ = [
+    "DamagedStoreError",
     "FORMAT_VERSION",
     "IncompleteStoreError",
     "StoreError",
     "StoreVersionError",
     "WeightStore",
     "parameter_shapes",
+    "rebuild_networks_table",
 ]

@@ -55,3 +55,13 @@ class StoreVersionError(StoreError):
 
 class IncompleteStoreError(StoreError):
     """Some chunks of the store were never written (an interrupted or running generation)."""
+
+
+class DamagedStoreError(StoreError):
+    """A complete store lost or corrupted data after it was written (a chunk file deleted,
+    truncated or overwritten): regenerate it or restore it from a copy."""
+
+
+REPAIR_HINT = (
+    "regenerate it (the same `zoo generate` command with a new --out) or restore it from a copy"
+)

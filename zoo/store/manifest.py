@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import uuid
 from pathlib import Path
 
 from .format import FORMAT_NAME, FORMAT_VERSION, MANIFEST, StoreError, StoreVersionError
@@ -39,8 +39,15 @@ def read_manifest(root) -> dict:
 def write_manifest(root: str | Path, manifest: dict) -> None:
     """Replace the manifest atomically so a crash never leaves a half-written one."""
     root = require_local(root, "write the manifest of")
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".manifest-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, root / MANIFEST)
+    # not tempfile.mkstemp: it creates the file 0600, and a store shared with other users must be
+    # readable like its other files. os.open with 0666 lets the umask (and default ACLs) decide.
+    tmp = root / f".manifest-{os.getpid()}-{uuid.uuid4().hex}.json"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(manifest, f, indent=2, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, root / MANIFEST)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -3,6 +3,8 @@ chunks, rows and statistics."""
 
 from __future__ import annotations
 
+import math
+import os
 from functools import cached_property
 from pathlib import Path
 
@@ -12,15 +14,19 @@ import pyarrow.parquet as pq
 import zarr
 
 from .format import (
+    FRAGMENTS_DIR,
     NETWORKS_TABLE,
+    REPAIR_HINT,
     STATS_GROUP,
     STATUS_COMPLETE,
+    DamagedStoreError,
     IncompleteStoreError,
     StoreError,
 )
 from .location import UrlRoot, store_root
 from .manifest import read_manifest
-from .writer import chunk_bounds, missing_chunks
+from .stats import STD_FLOOR
+from .writer import chunk_bounds, missing_chunks, missing_fragments
 
 
 class WeightStore:
@@ -44,6 +50,8 @@ class WeightStore:
         except Exception as exc:  # zarr raises several types for a missing/damaged group
             raise StoreError(f"{self.root}: cannot open the Zarr group ({exc})") from exc
         self._check_arrays()
+        if self.manifest.get("status") == STATUS_COMPLETE:
+            self._check_chunks_stored()
 
     def _check_arrays(self) -> None:
         n = self.manifest["num_networks"]
@@ -58,6 +66,65 @@ class WeightStore:
                 )
             if arr.dtype != np.float32:
                 raise StoreError(f"{self.root}: array {name} is {arr.dtype}, expected float32")
+
+    def _check_chunks_stored(self) -> None:
+        """Every chunk file of every parameter array is there, at its size (a complete store has
+        them all, and they are uncompressed, so each has exactly ``chunk bytes``).
+
+        A missing chunk file would read back as the fill value, NaN, and a truncated one fails
+        deep inside zarr; both are refused here, by name. Local folders: one ``stat`` per chunk
+        file; URLs: one listing per array. Where a URL cannot be listed (plain HTTP servers
+        without index pages) the check is skipped and :meth:`read` still refuses the damage.
+        """
+        problems, count = [], 0
+        for name in self.parameter_names:
+            arr = self._arrays[name]
+            size_of = self._stored(name)
+            if size_of is None:  # this URL cannot be listed: leave it to read()
+                return
+            rows, expected = _storage_chunks(arr)[0], _stored_bytes(arr)
+            for coords, key in _chunk_keys(arr):
+                size = size_of(key)
+                if size is None:
+                    why = "missing"
+                elif expected is not None and size >= 0 and size != expected:
+                    why = f"{size} bytes instead of {expected}"
+                else:
+                    continue
+                count += 1
+                if len(problems) < 5:
+                    lo, hi = coords[0] * rows, min((coords[0] + 1) * rows, self.num_networks)
+                    problems.append(f"{name} chunk {coords[0]} (networks {lo}..{hi - 1}, file {name}/{key}): {why}")
+        if problems:
+            more = f"; and {count - len(problems)} more" if count > len(problems) else ""
+            raise DamagedStoreError(
+                f"{self.root} is damaged: {count} chunk file(s) of a complete store are missing or "
+                f"truncated: {'; '.join(problems)}{more}. Those networks cannot be read (a missing "
+                f"file reads as NaN, the arrays' fill value); {REPAIR_HINT}"
+            )
+
+    def _stored(self, name: str):
+        """``key -> size in bytes`` of the objects stored under array ``name`` (``None``: not
+        stored; ``-1``: stored, size unknown), or ``None`` when the store cannot be listed."""
+        base = self.root / name
+        if isinstance(base, UrlRoot):
+            prefix = base.path.rstrip("/") + "/"
+            try:
+                listing = base.fs.find(base.path, detail=True)
+            except (NotImplementedError, OSError, ValueError):
+                return None
+            found = {p[len(prefix):]: info.get("size") for p, info in listing.items() if p.startswith(prefix)}
+            if "zarr.json" not in found:  # zarr read that file, so this listing is not to be trusted
+                return None
+            return lambda key: (-1 if found[key] is None else int(found[key])) if key in found else None
+
+        def size_of(key):
+            try:
+                return os.stat(os.path.join(base, key)).st_size
+            except FileNotFoundError:
+                return None
+
+        return size_of
 
     # ----------------------------------------------------------- description
     @property
@@ -90,7 +157,10 @@ class WeightStore:
     def networks(self) -> pa.Table:
         path = self.root / NETWORKS_TABLE
         if not path.exists():
-            raise StoreError(f"{self.root}: {NETWORKS_TABLE} is missing")
+            if self.manifest.get("status") != STATUS_COMPLETE:
+                raise IncompleteStoreError(f"{self.root}: {NETWORKS_TABLE} is not written yet; rerun the "
+                                           f"same `zoo generate` command, which writes it at the end")
+            raise DamagedStoreError(f"{self.root} is damaged: {NETWORKS_TABLE} is missing; {self._table_hint()}")
         table = pq.read_table(path if isinstance(path, Path) else pa.BufferReader(path.read_bytes()))
         if table.num_rows != self.num_networks:
             raise StoreError(
@@ -99,9 +169,80 @@ class WeightStore:
         return table
 
     # ------------------------------------------------------------------ data
+    @cached_property
+    def _arrays(self) -> dict:
+        """Parameter array handles, opened once."""
+        return {name: self.group[name] for name in self.parameter_names}
+
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        """Parameters of networks ``start..stop-1`` as float32 arrays ``[n, ...]``."""
-        return {name: self.group[name][start:stop] for name in self.parameter_names}
+        """Parameters of networks ``start..stop-1`` as float32 arrays ``[n, ...]``.
+
+        Raises :class:`DamagedStoreError` for a chunk that cannot be decoded (a truncated file) or
+        that holds NaN (the fill value of a chunk file that is gone).
+        """
+        out = {}
+        for name, arr in self._arrays.items():
+            try:
+                values = arr[start:stop]
+            except (ValueError, TypeError, IndexError, KeyError) as exc:  # not OSError: I/O is not damage
+                damaged = self._undecodable(name, arr, start, stop, exc)
+                if damaged is None:  # every chunk decodes alone: a bad argument, not a bad store
+                    raise
+                raise damaged from exc
+            if values.size and np.isnan(values.min()):  # min propagates NaN: one pass, no temporary
+                raise self._holds_nan(name, arr, start, values)
+            out[name] = values
+        return out
+
+    def _chunks_of(self, arr, start: int, stop: int):
+        """``(chunk, lo, hi)`` of the storage chunks that networks ``start..stop-1`` touch."""
+        rows = _storage_chunks(arr)[0]
+        start, stop, _ = slice(start, stop).indices(arr.shape[0])
+        for c in range(start // rows, (max(stop, start + 1) - 1) // rows + 1):
+            yield c, c * rows, min((c + 1) * rows, arr.shape[0])
+
+    def _undecodable(self, name, arr, start, stop, exc) -> DamagedStoreError | None:
+        """The error for the first chunk of ``start..stop-1`` that fails to decode on its own
+        (``None`` if none does). Runs on failures only."""
+        try:
+            chunks = list(self._chunks_of(arr, start, stop))
+        except TypeError:
+            return None
+        for c, lo, hi in chunks:
+            try:
+                arr[lo:hi]
+            except Exception:  # noqa: BLE001 - any failure marks this chunk
+                return DamagedStoreError(
+                    f"{self.root} is damaged: array {name}, chunk {c} (networks {lo}..{hi - 1}, file "
+                    f"{name}/{_chunk_key(arr, c)}) cannot be decoded: {exc}. The chunk file is truncated "
+                    f"or overwritten; {REPAIR_HINT}"
+                )
+        return None
+
+    def _holds_nan(self, name, arr, start, values) -> DamagedStoreError:
+        bad = np.flatnonzero(np.isnan(values.reshape(len(values), -1)).any(axis=1)) + start
+        rows = _storage_chunks(arr)[0]
+        chunks = sorted({int(i) // rows for i in bad})
+        files = ", ".join(f"{name}/{_chunk_key(arr, c)}" for c in chunks[:5])
+        return DamagedStoreError(
+            f"{self.root} is damaged: array {name} holds NaN for {len(bad)} network(s) "
+            f"({_ranges(bad)}; chunk(s) {chunks[:5]}{' ...' if len(chunks) > 5 else ''}, file(s) {files}). "
+            f"Writers refuse NaN, so a chunk file is missing (NaN is the fill value) or was overwritten; "
+            f"{REPAIR_HINT}"
+        )
+
+    def _table_hint(self) -> str:
+        try:
+            missing = missing_fragments(self.root, self.manifest)
+        except Exception:  # noqa: BLE001 - only a hint
+            missing = None
+        if missing == []:
+            local = "" if not isinstance(self.root, UrlRoot) else " on a local copy (then upload it)"
+            return (f"its rows are still in {FRAGMENTS_DIR}/: rebuild it{local} with "
+                    f"`python -c \"from zoo.store import rebuild_networks_table; "
+                    f"rebuild_networks_table({str(self.root)!r})\"` (rerunning `zoo generate` does not: "
+                    f"the store is complete)")
+        return f"the per-chunk fragments under {FRAGMENTS_DIR}/ are gone too; {REPAIR_HINT}"
 
     def read_chunk(self, chunk: int) -> dict[str, np.ndarray]:
         return self.read(*chunk_bounds(self.manifest, chunk))
@@ -114,9 +255,76 @@ class WeightStore:
         if STATS_GROUP not in self.group:
             raise StoreError(f"{self.root}: normalization statistics are missing")
         g = self.group[STATS_GROUP]
-        return {n: (g[f"{n}_mean"][...], g[f"{n}_std"][...]) for n in self.parameter_names}
+        out = {}
+        for n in self.parameter_names:
+            pair = []
+            for stat in ("mean", "std"):
+                key = f"{n}_{stat}"
+                if key not in g:
+                    raise StoreError(f"{self.root}: normalization statistic {STATS_GROUP}/{key} is missing; "
+                                     f"{REPAIR_HINT}")
+                arr = g[key]
+                size_of = self._stored(f"{STATS_GROUP}/{key}")
+                # a missing chunk reads as the fill value, 0, which is a plausible mean: look for the file
+                absent = [k for _, k in _chunk_keys(arr) if size_of is not None and size_of(k) is None]
+                try:
+                    values = arr[...]
+                except (ValueError, TypeError, IndexError, KeyError) as exc:
+                    raise DamagedStoreError(f"{self.root} is damaged: {STATS_GROUP}/{key} cannot be decoded "
+                                            f"({exc}); {REPAIR_HINT}") from exc
+                impossible = not np.isfinite(values).all() or (stat == "std" and (values < np.float32(STD_FLOOR)).any())
+                if absent or impossible:
+                    why = f"file {STATS_GROUP}/{key}/{absent[0]} is missing" if absent else "it holds impossible values"
+                    raise DamagedStoreError(f"{self.root} is damaged: normalization statistic {STATS_GROUP}/{key}: "
+                                            f"{why}; {REPAIR_HINT}")
+                pair.append(values)
+            out[n] = tuple(pair)
+        return out
 
     def size_on_disk(self) -> int:
         if isinstance(self.root, UrlRoot):
             return self.root.total_size()
         return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
+
+
+def _storage_chunks(arr) -> tuple[int, ...]:
+    """Shape of one stored object of ``arr`` (the shard, where the array is sharded)."""
+    return tuple(arr.shards or arr.chunks)
+
+
+def _stored_bytes(arr) -> int | None:
+    """Size of every stored chunk of an unsharded array without compression or filters (edge
+    chunks are stored whole), else ``None`` (unknown)."""
+    from zarr.codecs import BytesCodec
+
+    codecs = arr.metadata.codecs
+    if arr.shards is not None or len(codecs) != 1 or not isinstance(codecs[0], BytesCodec):
+        return None
+    return math.prod(arr.chunks) * arr.dtype.itemsize
+
+
+def _chunk_key(arr, chunk: int) -> str:
+    """Key (relative to the array) of the stored object holding networks chunk ``chunk``."""
+    return arr.metadata.encode_chunk_key((chunk,) + (0,) * (arr.ndim - 1))
+
+
+def _chunk_keys(arr) -> list[tuple[tuple[int, ...], str]]:
+    """``(grid coordinates, key)`` of every stored object a fully written ``arr`` has."""
+    grid = tuple(math.ceil(s / c) for s, c in zip(arr.shape, _storage_chunks(arr)))
+    return [(coords, arr.metadata.encode_chunk_key(coords)) for coords in np.ndindex(*grid)]
+
+
+def _ranges(indices) -> str:
+    """``[3, 4, 5, 9]`` -> ``"networks 3..5, 9"`` (at most 5 ranges)."""
+    runs, first = [], None
+    for i in map(int, indices):
+        if first is not None and i == prev + 1:
+            prev = i
+            continue
+        if first is not None:
+            runs.append((first, prev))
+        first = prev = i
+    if first is not None:
+        runs.append((first, prev))
+    text = ", ".join(f"{a}..{b}" if a != b else f"{a}" for a, b in runs[:5])
+    return "networks " + text + (" ..." if len(runs) > 5 else "")

@@ -24,12 +24,15 @@ from .format import (
     FRAGMENTS_DIR,
     MANIFEST,
     NETWORKS_TABLE,
+    REPAIR_HINT,
     STATUS_COMPLETE,
     STATUS_IN_PROGRESS,
+    DamagedStoreError,
     StoreError,
     fragment_name,
     parameter_shapes,
 )
+from .location import require_local, store_root
 from .manifest import read_manifest, write_manifest
 
 
@@ -131,8 +134,37 @@ def consolidate_rows(root: str | Path, manifest: dict) -> pa.Table:
     index = table.column("index").to_numpy()
     if not np.array_equal(index, np.arange(manifest["num_networks"])):
         raise StoreError(f"{root}: network rows have gaps or duplicates; rerun the generation")
-    pq.write_table(table, root / NETWORKS_TABLE)
+    target = root / NETWORKS_TABLE
+    tmp = target.with_suffix(".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, target)  # a reader never sees a half-written table
     return table
+
+
+def missing_fragments(root, manifest: dict) -> list[int]:
+    """Chunks whose Parquet fragment is not in ``fragments/`` (``root``: a folder or a URL)."""
+    root = store_root(root)
+    return [c for c in range(manifest["num_chunks"]) if not (root / fragment_name(c)).exists()]
+
+
+def rebuild_networks_table(root: str | Path) -> pa.Table:
+    """Rebuild a complete store's ``networks.parquet`` from its per-chunk fragments.
+
+    For a store whose table was deleted or damaged while ``fragments/`` survived. ``zoo generate``
+    does not do it: rerun on a complete store, it stops at "already complete".
+    """
+    root = require_local(root, "rebuild the table of")
+    manifest = read_manifest(root)
+    if manifest.get("status") != STATUS_COMPLETE:
+        raise StoreError(f"{root} is not complete; rerun the same `zoo generate` command, which "
+                         f"writes {NETWORKS_TABLE} when the last chunk is in")
+    missing = missing_fragments(root, manifest)
+    if missing:
+        raise DamagedStoreError(
+            f"{root}: cannot rebuild {NETWORKS_TABLE}: {len(missing)} of {manifest['num_chunks']} "
+            f"fragments are missing from {FRAGMENTS_DIR}/ (first: {missing[:5]}); {REPAIR_HINT}"
+        )
+    return consolidate_rows(root, manifest)
 
 
 def finalize(root: str | Path, manifest: dict, extra: dict) -> dict:
