@@ -20,6 +20,7 @@ from ..sources.images import ImageSource
 from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
 from ..store.location import require_local
 from ..store.manifest import read_manifest
+from ..store.reader import WeightStore
 from ..store.stats import Moments, write_stats
 from ..store.writer import (
     chunk_bounds,
@@ -28,6 +29,7 @@ from ..store.writer import (
     finalize,
     mark_chunks_complete,
     missing_chunks,
+    reopen_chunks,
 )
 from .chunk import chunk_moments, fit_chunk
 from .executors import make_executor
@@ -145,8 +147,13 @@ def generate(opts: GenerateOptions, log=print) -> dict:
                 f"use another --out, or rerun with the store's settings to resume it"
             )
         if manifest["status"] == STATUS_COMPLETE:
-            log(f"{out} is already complete ({manifest['num_networks']} networks)")
-            return manifest
+            damaged = WeightStore(out, check_chunks=False).damaged_chunks()
+            if not damaged:
+                log(f"{out} is already complete ({manifest['num_networks']} networks)")
+                return manifest
+            log(f"{out} is complete but {len(damaged)} chunk(s) have missing or truncated files "
+                f"({'; '.join(f'chunk {c}: {why}' for c, why in list(damaged.items())[:3])}); refitting them")
+            manifest = reopen_chunks(out, manifest, damaged)
 
     source = get_source(dataset, root=opts.data_root, download=opts.download)
     plan = build_plan(source, limit=opts.limit, views=opts.views)

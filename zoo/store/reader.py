@@ -36,7 +36,7 @@ class WeightStore:
     :mod:`zoo.store.location`).
     """
 
-    def __init__(self, root: str | Path | UrlRoot, require_complete: bool = True):
+    def __init__(self, root: str | Path | UrlRoot, require_complete: bool = True, check_chunks: bool = True):
         self.root = store_root(root)
         self.manifest = read_manifest(self.root)
         if require_complete and self.manifest.get("status") != STATUS_COMPLETE:
@@ -50,7 +50,7 @@ class WeightStore:
         except Exception as exc:  # zarr raises several types for a missing/damaged group
             raise StoreError(f"{self.root}: cannot open the Zarr group ({exc})") from exc
         self._check_arrays()
-        if self.manifest.get("status") == STATUS_COMPLETE:
+        if check_chunks and self.manifest.get("status") == STATUS_COMPLETE:
             self._check_chunks_stored()
 
     def _check_arrays(self) -> None:
@@ -68,20 +68,33 @@ class WeightStore:
                 raise StoreError(f"{self.root}: array {name} is {arr.dtype}, expected float32")
 
     def _check_chunks_stored(self) -> None:
-        """Every chunk file of every parameter array is there, at its size (a complete store has
-        them all, and they are uncompressed, so each has exactly ``chunk bytes``).
+        """Refuse a complete store with a missing or truncated chunk file (see :meth:`damaged_chunks`)."""
+        damaged = self.damaged_chunks()
+        if damaged:
+            shown = "; ".join(f"chunk {c}: {why}" for c, why in list(damaged.items())[:5])
+            more = f"; and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+            raise DamagedStoreError(
+                f"{self.root} is damaged: {len(damaged)} chunk(s) of a complete store have missing or "
+                f"truncated files: {shown}{more}. Those networks cannot be read (a missing file reads as "
+                f"NaN, the arrays' fill value); rerun the same `zoo generate` command, which refits "
+                f"exactly those chunks, or restore the store from a copy"
+            )
+
+    def damaged_chunks(self) -> dict[int, str]:
+        """``{chunk: why}`` for every network chunk with a parameter file that is missing or not
+        at its size (the arrays are uncompressed, so every chunk file has exactly ``chunk bytes``).
 
         A missing chunk file would read back as the fill value, NaN, and a truncated one fails
-        deep inside zarr; both are refused here, by name. Local folders: one ``stat`` per chunk
-        file; URLs: one listing per array. Where a URL cannot be listed (plain HTTP servers
-        without index pages) the check is skipped and :meth:`read` still refuses the damage.
+        deep inside zarr. Local folders: one ``stat`` per chunk file; URLs: one listing per array.
+        Where a URL cannot be listed (plain HTTP servers without index pages) nothing is reported
+        and :meth:`read` still refuses the damage.
         """
-        problems, count = [], 0
+        damaged: dict[int, list[str]] = {}
         for name in self.parameter_names:
             arr = self._arrays[name]
             size_of = self._stored(name)
             if size_of is None:  # this URL cannot be listed: leave it to read()
-                return
+                return {}
             rows, expected = _storage_chunks(arr)[0], _stored_bytes(arr)
             for coords, key in _chunk_keys(arr):
                 size = size_of(key)
@@ -91,17 +104,9 @@ class WeightStore:
                     why = f"{size} bytes instead of {expected}"
                 else:
                     continue
-                count += 1
-                if len(problems) < 5:
-                    lo, hi = coords[0] * rows, min((coords[0] + 1) * rows, self.num_networks)
-                    problems.append(f"{name} chunk {coords[0]} (networks {lo}..{hi - 1}, file {name}/{key}): {why}")
-        if problems:
-            more = f"; and {count - len(problems)} more" if count > len(problems) else ""
-            raise DamagedStoreError(
-                f"{self.root} is damaged: {count} chunk file(s) of a complete store are missing or "
-                f"truncated: {'; '.join(problems)}{more}. Those networks cannot be read (a missing "
-                f"file reads as NaN, the arrays' fill value); {REPAIR_HINT}"
-            )
+                lo, hi = coords[0] * rows, min((coords[0] + 1) * rows, self.num_networks)
+                damaged.setdefault(coords[0], []).append(f"file {name}/{key} {why} (networks {lo}..{hi - 1})")
+        return {c: ", ".join(whys) for c, whys in sorted(damaged.items())}
 
     def _stored(self, name: str):
         """``key -> size in bytes`` of the objects stored under array ``name`` (``None``: not

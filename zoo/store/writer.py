@@ -121,6 +121,21 @@ def mark_chunks_complete(root: str | Path, manifest: dict, chunks) -> dict:
     return manifest
 
 
+def reopen_chunks(root: str | Path, manifest: dict, chunks) -> dict:
+    """Take ``chunks`` off a store's completed list (the store is in progress again) so that
+    rerunning its generation refits them; used for chunks whose files were lost or damaged."""
+    root = Path(root)
+    group = zarr.open_group(str(root), mode="r")
+    for name in manifest["parameters"]:  # a damaged file must not be read back by a partial write
+        arr = group[name]
+        for c in chunks:
+            (root / name / arr.metadata.encode_chunk_key((int(c),) + (0,) * (arr.ndim - 1))).unlink(missing_ok=True)
+    manifest["complete_chunks"] = sorted(set(manifest["complete_chunks"]) - set(int(c) for c in chunks))
+    manifest["status"] = STATUS_IN_PROGRESS
+    write_manifest(root, manifest)
+    return manifest
+
+
 def missing_chunks(manifest: dict) -> list[int]:
     done = set(manifest["complete_chunks"])
     return [c for c in range(manifest["num_chunks"]) if c not in done]
