@@ -46,10 +46,7 @@ def test_generate_offers_every_init_the_fitter_knows():
 ])
 def test_generate_refuses_bad_values_before_creating_anything(tmp_path, options, message):
     out = tmp_path / "store"
-    result = CliRunner().invoke(main, ["generate", "mnist-inr", "--dataset", "digits", "--out", str(out), *options])
-    assert result.exit_code == 2, result.output
-    assert message in result.output and "Traceback" not in result.output
-    assert not out.exists()
+    _assert_refused(["generate", "mnist-inr", "--dataset", "digits", "--out", str(out), *options], message, out)
 
 
 @pytest.mark.parametrize("options, message", [
@@ -63,10 +60,15 @@ def test_generate_refuses_bad_values_before_creating_anything(tmp_path, options,
 ])
 def test_train_refuses_bad_values_before_creating_a_run(tiny_store, tmp_path, options, message):
     run = tmp_path / "run"
-    result = CliRunner().invoke(main, ["train", str(tiny_store), "--out", str(run), *options])
+    _assert_refused(["train", str(tiny_store), "--out", str(run), *options], message, run)
+
+
+def _assert_refused(args: list[str], message: str, not_created) -> None:
+    """One clear line with ``message`` (no traceback), exit 2, and ``not_created`` left uncreated."""
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
-    assert not run.exists()
+    assert not not_created.exists()
 
 
 def test_eval_of_a_folder_that_is_not_a_run_is_one_clear_line(tiny_store, tmp_path):

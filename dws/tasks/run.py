@@ -21,6 +21,7 @@ from dws.stream import Normalizer, WeightStoreLoader, inr_augmentation
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from dws.stream.batch import weightspace_from_arrays
 from zoo.devices import resolve_device
+from zoo.options import require_at_least, require_positive
 from zoo.store import StoreError, WeightStore
 from zoo.store.derive import write_store
 
@@ -119,15 +120,11 @@ def _aligned_store(store: WeightStore, model, run_dir: Path, log) -> WeightStore
 
 def check_options(opts: TrainOptions) -> None:
     """Refuse option values that cannot train before anything is read or created (ValueError)."""
-    at_least = {"--epochs": (opts.epochs, 1), "--batch-size": (opts.batch_size, 1), "--seeds": (opts.seeds, 1),
-                "--hidden-channels": (opts.hidden_channels, 1), "--num-layers": (opts.num_layers, 1),
-                "--loader-workers": (opts.loader_workers, 0), "--workers": (opts.workers, 1),
-                "--patience": (opts.patience, 1), "--train-limit": (opts.train_limit, 1)}
-    for flag, (value, least) in at_least.items():
-        if value is not None and value < least:
-            raise ValueError(f"{flag} must be at least {least}, got {value}")
-    if opts.lr is not None and not opts.lr > 0:
-        raise ValueError(f"--lr must be positive, got {opts.lr}")
+    require_at_least({"--epochs": (opts.epochs, 1), "--batch-size": (opts.batch_size, 1), "--seeds": (opts.seeds, 1),
+                      "--hidden-channels": (opts.hidden_channels, 1), "--num-layers": (opts.num_layers, 1),
+                      "--loader-workers": (opts.loader_workers, 0), "--workers": (opts.workers, 1),
+                      "--patience": (opts.patience, 1), "--train-limit": (opts.train_limit, 1)})
+    require_positive("--lr", opts.lr)
     if not 0 <= opts.dropout < 1:
         raise ValueError(f"--dropout must be in [0, 1), got {opts.dropout}")
     resolve_device(opts.device)

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from ..devices import resolve_device
 from ..fit.siren import Grid2D, SirenSpec
+from ..options import require_at_least, require_positive
 from ..sources import get_source
 from ..sources.images import ImageSource
 from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
@@ -63,13 +64,9 @@ class GenerateOptions:
 
 def check_options(opts: GenerateOptions) -> None:
     """Refuse values that cannot make a store before anything is created (ValueError)."""
-    positive = {"--chunk-size": opts.chunk_size, "--workers": opts.workers, "--views": opts.views,
-                "--steps": opts.steps}
-    for flag, value in positive.items():
-        if value is not None and value < 1:
-            raise ValueError(f"{flag} must be at least 1, got {value}")
-    if opts.lr is not None and not opts.lr > 0:
-        raise ValueError(f"--lr must be positive, got {opts.lr}")
+    require_at_least({"--chunk-size": (opts.chunk_size, 1), "--workers": (opts.workers, 1),
+                      "--views": (opts.views, 1), "--steps": (opts.steps, 1)})
+    require_positive("--lr", opts.lr)
     if isinstance(opts.limit, dict):
         negative = {split: n for split, n in opts.limit.items() if n < 0}
         if negative:

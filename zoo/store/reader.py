@@ -26,7 +26,7 @@ from .format import (
 from .location import UrlRoot, store_root
 from .manifest import read_manifest
 from .stats import STD_FLOOR
-from .writer import chunk_bounds, missing_chunks, missing_fragments
+from .writer import chunk_bounds, chunk_key, missing_chunks, missing_fragments
 
 
 class WeightStore:
@@ -219,7 +219,7 @@ class WeightStore:
             except Exception:  # noqa: BLE001 - any failure marks this chunk
                 return DamagedStoreError(
                     f"{self.root} is damaged: array {name}, chunk {c} (networks {lo}..{hi - 1}, file "
-                    f"{name}/{_chunk_key(arr, c)}) cannot be decoded: {exc}. The chunk file is truncated "
+                    f"{name}/{chunk_key(arr, c)}) cannot be decoded: {exc}. The chunk file is truncated "
                     f"or overwritten; {REPAIR_HINT}"
                 )
         return None
@@ -228,7 +228,7 @@ class WeightStore:
         bad = np.flatnonzero(np.isnan(values.reshape(len(values), -1)).any(axis=1)) + start
         rows = _storage_chunks(arr)[0]
         chunks = sorted({int(i) // rows for i in bad})
-        files = ", ".join(f"{name}/{_chunk_key(arr, c)}" for c in chunks[:5])
+        files = ", ".join(f"{name}/{chunk_key(arr, c)}" for c in chunks[:5])
         return DamagedStoreError(
             f"{self.root} is damaged: array {name} holds NaN for {len(bad)} network(s) "
             f"({_ranges(bad)}; chunk(s) {chunks[:5]}{' ...' if len(chunks) > 5 else ''}, file(s) {files}). "
@@ -306,11 +306,6 @@ def _stored_bytes(arr) -> int | None:
     if arr.shards is not None or len(codecs) != 1 or not isinstance(codecs[0], BytesCodec):
         return None
     return math.prod(arr.chunks) * arr.dtype.itemsize
-
-
-def _chunk_key(arr, chunk: int) -> str:
-    """Key (relative to the array) of the stored object holding networks chunk ``chunk``."""
-    return arr.metadata.encode_chunk_key((chunk,) + (0,) * (arr.ndim - 1))
 
 
 def _chunk_keys(arr) -> list[tuple[tuple[int, ...], str]]:

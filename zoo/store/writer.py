@@ -109,10 +109,7 @@ def write_chunk(root: str | Path, chunk: int, params: dict[str, np.ndarray], row
     group = zarr.open_group(str(root), mode="r+")
     for name, values in checked.items():
         group[name][start:stop] = values
-    target = root / fragment_name(chunk)
-    tmp = target.with_suffix(".tmp")
-    pq.write_table(rows, tmp)
-    os.replace(tmp, target)
+    _write_table_atomically(rows, root / fragment_name(chunk))
 
 
 def mark_chunks_complete(root: str | Path, manifest: dict, chunks) -> dict:
@@ -127,13 +124,17 @@ def reopen_chunks(root: str | Path, manifest: dict, chunks) -> dict:
     root = Path(root)
     group = zarr.open_group(str(root), mode="r")
     for name in manifest["parameters"]:  # a damaged file must not be read back by a partial write
-        arr = group[name]
         for c in chunks:
-            (root / name / arr.metadata.encode_chunk_key((int(c),) + (0,) * (arr.ndim - 1))).unlink(missing_ok=True)
+            (root / name / chunk_key(group[name], int(c))).unlink(missing_ok=True)
     manifest["complete_chunks"] = sorted(set(manifest["complete_chunks"]) - set(int(c) for c in chunks))
     manifest["status"] = STATUS_IN_PROGRESS
     write_manifest(root, manifest)
     return manifest
+
+
+def chunk_key(arr, chunk: int) -> str:
+    """Key (relative to the array) of the stored object holding networks chunk ``chunk``."""
+    return arr.metadata.encode_chunk_key((chunk,) + (0,) * (arr.ndim - 1))
 
 
 def missing_chunks(manifest: dict) -> list[int]:
@@ -149,11 +150,16 @@ def consolidate_rows(root: str | Path, manifest: dict) -> pa.Table:
     index = table.column("index").to_numpy()
     if not np.array_equal(index, np.arange(manifest["num_networks"])):
         raise StoreError(f"{root}: network rows have gaps or duplicates; rerun the generation")
-    target = root / NETWORKS_TABLE
+    _write_table_atomically(table, root / NETWORKS_TABLE)
+    return table
+
+
+def _write_table_atomically(table: pa.Table, target: Path) -> None:
+    """Write a Parquet file under a temporary name, then rename it: a reader (or a rerun after a
+    crash) never sees a half-written one."""
     tmp = target.with_suffix(".tmp")
     pq.write_table(table, tmp)
-    os.replace(tmp, target)  # a reader never sees a half-written table
-    return table
+    os.replace(tmp, target)
 
 
 def missing_fragments(root, manifest: dict) -> list[int]:

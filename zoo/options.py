@@ -1,0 +1,17 @@
+"""Range checks for command options, shared by ``zoo generate`` and ``zoo train``: a bad value is
+refused with the flag's name before any store or run directory is created."""
+
+from __future__ import annotations
+
+
+def require_at_least(bounds: dict[str, tuple[float | None, float]]) -> None:
+    """``{flag: (value, least)}``: ValueError for the first value below its bound (None: unset)."""
+    for flag, (value, least) in bounds.items():
+        if value is not None and value < least:
+            raise ValueError(f"{flag} must be at least {least}, got {value}")
+
+
+def require_positive(flag: str, value: float | None) -> None:
+    """ValueError unless ``value`` is unset or > 0 (NaN included)."""
+    if value is not None and not value > 0:
+        raise ValueError(f"{flag} must be positive, got {value}")
