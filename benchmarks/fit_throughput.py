@@ -1,6 +1,6 @@
 """Batched SIREN fitting vs one network at a time, on real MNIST images, measured in one run.
 
-    python benchmarks/fit_throughput.py [--networks 256] [--single 8] [--steps 200] [--threads 1]
+    python benchmarks/fit_throughput.py [--networks 256] [--single 8] [--steps 200] [--threads 1] [--previous-step]
 
 Both sides fit the same images for the same number of steps (no early stop) with the same
 initialization; the single-network side uses ``torch.optim.Adam`` and autograd, one network after
@@ -10,15 +10,28 @@ the other (the published recipe). Prints networks/s, the ratio and the mean PSNR
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
 import numpy as np
 import torch
 
+from zoo.fit import native
 from zoo.fit.fitter import FitConfig, fit_batch
 from zoo.fit.reference import fit_one
 from zoo.fit.siren import Grid2D, SirenSpec
 from zoo.sources import get_source
+
+
+@contextlib.contextmanager
+def without_native_kernels():
+    """The fitter as it runs where the C kernels cannot be built (numba + MKL)."""
+    saved = native.library
+    native.library = lambda: None
+    try:
+        yield
+    finally:
+        native.library = saved
 
 
 def main(argv=None):
@@ -31,6 +44,8 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--early-stop", action="store_true", help="also time the batched fit with the PSNR-40 stop")
     p.add_argument("--compile", action="store_true", help="also time the batched fit through torch.compile")
+    p.add_argument("--previous-step", action="store_true",
+                   help="also time the batched fit without the native C kernels (numba kernels + MKL matmuls)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -40,27 +55,45 @@ def main(argv=None):
     spec = SirenSpec((2, 32, 32, 1))
     cfg = FitConfig(steps=args.steps, lr=args.lr, psnr_stop=None)
 
-    fit_batch(spec, grid.to(args.device), targets[:32], range(32), 0, FitConfig(steps=2, lr=args.lr, psnr_stop=None),
-              device=args.device)  # warm-up (kernel compilation, first-call dispatch)
-    t0 = time.perf_counter()
-    batched = fit_batch(spec, grid.to(args.device), targets, range(args.networks), 0, cfg, device=args.device)
-    if args.device != "cpu":
-        torch.cuda.synchronize()
-    t_batched = time.perf_counter() - t0
+    warm = FitConfig(steps=2, lr=args.lr, psnr_stop=None)
+    fit_batch(spec, grid.to(args.device), targets[:32], range(32), 0, warm, device=args.device)  # kernel builds
+    fit_one(spec, grid.points(), targets[0], 0, 0, warm)  # first-call set-up of torch.optim.Adam
 
-    fit_one(spec, grid.points(), targets[0], 0, 0, FitConfig(steps=2, lr=args.lr, psnr_stop=None))  # warm-up
-    t0 = time.perf_counter()
-    single_psnr = []
-    for i in range(args.single):
-        _, _, mse, _ = fit_one(spec, grid.points(), targets[i], i, 0, cfg)
-        single_psnr.append(10 * np.log10(1 / mse))
-    t_single = time.perf_counter() - t0
+    # The two sides alternate, one group of batched networks then a share of the single ones, so
+    # that this machine's drifting speed (+-20% within minutes) affects both alike.
+    group = 32 if args.device == "cpu" else args.networks
+    starts = list(range(0, args.networks, group))
+    singles = np.array_split(np.arange(args.single), len(starts))
+    t_batched = t_single = t_previous = 0.0
+    parts, previous_parts, single_psnr = [], [], []
+    for start, single_ids in zip(starts, singles):
+        ids = range(start, min(start + group, args.networks))
+        t0 = time.perf_counter()
+        parts.append(fit_batch(spec, grid.to(args.device), targets[ids.start : ids.stop], ids, 0, cfg, device=args.device))
+        if args.device != "cpu":
+            torch.cuda.synchronize()
+        t_batched += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for i in single_ids:
+            _, _, mse, _ = fit_one(spec, grid.points(), targets[i], int(i), 0, cfg)
+            single_psnr.append(10 * np.log10(1 / mse))
+        t_single += time.perf_counter() - t0
+        if args.previous_step:
+            with without_native_kernels():
+                t0 = time.perf_counter()
+                previous_parts.append(fit_batch(spec, grid, targets[ids.start : ids.stop], ids, 0, cfg))
+                t_previous += time.perf_counter() - t0
+    batched_psnr = np.concatenate([part.psnr for part in parts])
 
     rows = [
         ("one at a time (torch.optim.Adam)", args.single, args.single / t_single, float(np.mean(single_psnr))),
-        (f"batched ({args.networks} at once)", args.networks, args.networks / t_batched,
-         float(batched.psnr[: args.single].mean())),
+        (f"batched ({args.networks}, {group} at once)", args.networks, args.networks / t_batched,
+         float(batched_psnr[: args.single].mean())),
     ]
+    if args.previous_step:
+        previous_psnr = np.concatenate([part.psnr for part in previous_parts])
+        rows.append(("batched, numba + MKL step (no C)", args.networks, args.networks / t_previous,
+                     float(previous_psnr[: args.single].mean())))
     if args.compile:
         fit_batch(spec, grid.to(args.device), targets[:32], range(32), 0, FitConfig(steps=2, lr=args.lr, psnr_stop=None),
                   device=args.device, compile=True)  # compile outside the timing

@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from . import native
+
 Tensor = torch.Tensor
 
 
@@ -31,6 +33,8 @@ class MaskedAdam:
         bias_correction1 = 1 - beta1**self.steps
         bias_correction2_sqrt = math.sqrt(1 - beta2**self.steps)
         step_size = self.lr / bias_correction1
+        if self._native_step(grads, active, step_size, bias_correction2_sqrt):
+            return
         # One multi-tensor op per stage (as torch.optim.Adam's foreach path): a handful of small
         # parameter tensors would otherwise cost more in dispatch than in arithmetic.
         torch._foreach_lerp_(self.exp_avg, grads, 1 - beta1)
@@ -44,6 +48,23 @@ class MaskedAdam:
             for p, update in zip(self.params, updates):
                 update.mul_(active.to(update.dtype).view(-1, *([1] * (p.dim() - 1))))
         torch._foreach_add_(self.params, updates, alpha=-step_size)
+
+    def _native_step(self, grads, active, step_size: float, bias_correction2_sqrt: float) -> bool:
+        """The same update as one C pass per tensor (:mod:`zoo.fit.native`) for float32 CPU
+        tensors; False where that does not apply. Networks that may not move are skipped outright
+        (their moments are never used again)."""
+        lib = native.library()
+        tensors = [*self.params, *grads, *self.exp_avg, *self.exp_avg_sq]
+        if lib is None or not all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
+            return False
+        mask = None if active is None else active.to(torch.uint8).contiguous()
+        beta1, beta2 = self.betas
+        for p, g, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq):
+            K = p.shape[0]
+            lib.zoo_adam(K, p.numel() // max(K, 1), p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(),
+                         None if mask is None else mask.data_ptr(), beta1, beta2, step_size, bias_correction2_sqrt,
+                         self.eps)
+        return True
 
     def select(self, keep: Tensor) -> None:
         """Drop the networks not in ``keep`` (index tensor) from the optimizer state."""

@@ -17,6 +17,7 @@ import torch
 
 from .adam import MaskedAdam
 from .fused_step import FusedSirenStep, fused_step_supported
+from .native_step import NativeSirenStep, native_step_supported
 from .siren import SirenSpec, init_params, mse_and_grads, psnr
 
 Tensor = torch.Tensor
@@ -120,6 +121,8 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
     targets_w = all_targets
     if compile:
         step_fn = compiled_step()
+    elif native_step_supported(spec, coords, device):
+        step_fn = NativeSirenStep(spec, coords, K)
     elif fused_step_supported(device):
         step_fn = FusedSirenStep(coords, K)
     else:
