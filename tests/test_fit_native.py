@@ -174,3 +174,10 @@ def test_a_failing_compiler_gives_one_warning_and_the_numba_path(tmp_path):
     assert out == "NONE"
     assert "native fitting kernels unavailable" in err and "cannot compile" in err
     assert not list((tmp_path / "native").glob("*.so"))  # no half-written library left behind
+
+
+@pytest.mark.skipif(not native.cpu_supported(), reason="needs x86-64 with AVX2 and FMA")
+def test_no_compiler_says_so_once(tmp_path):
+    out, err = _library_in_subprocess(tmp_path, PATH=str(tmp_path), CC="")
+    assert out == "NONE"
+    assert err.count("no C compiler") == 1

@@ -53,9 +53,11 @@ class MaskedAdam:
         """The same update as one C pass per tensor (:mod:`zoo.fit.native`) for float32 CPU
         tensors; False where that does not apply. Networks that may not move are skipped outright
         (their moments are never used again)."""
-        lib = native.library()
         tensors = [*self.params, *grads, *self.exp_avg, *self.exp_avg_sq]
-        if lib is None or not all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
+        if not all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
+            return False
+        lib = native.library()
+        if lib is None:
             return False
         mask = None if active is None else active.to(torch.uint8).contiguous()
         beta1, beta2 = self.betas

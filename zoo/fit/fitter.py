@@ -44,7 +44,7 @@ class FitResult:
     steps: np.ndarray  # [K] optimizer steps taken
 
 
-CPU_GROUP = 32  # networks fitted together on a CPU: their activations stay in cache
+CPU_GROUP = 32  # networks fitted together on a CPU (the numba step's activations stay in L3 cache)
 
 
 @functools.cache

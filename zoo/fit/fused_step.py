@@ -1,4 +1,5 @@
-"""The CPU fitting step: batched MKL matmuls + fused numba elementwise kernels + reused buffers.
+"""The CPU fitting step where the native one (:mod:`zoo.fit.native_step`) cannot run: batched MKL
+matmuls + fused numba elementwise kernels + reused buffers.
 
 Same contract and same math as :func:`zoo.fit.siren.mse_and_grads` (per-network MSE and the
 gradients of their sum), arranged for a CPU:

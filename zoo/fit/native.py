@@ -101,6 +101,9 @@ def library() -> ctypes.CDLL | None:
         return None
     compiler = _compiler()
     if compiler is None:
+        warnings.warn("no C compiler (cc, gcc, clang or $CC) found: CPU fitting uses the slower numba/PyTorch "
+                      "step; install one (e.g. gcc) for the native kernels, or set ZOO_NATIVE=0 to silence this",
+                      stacklevel=2)
         return None
     try:
         lib = ctypes.CDLL(str(_build(compiler)))
