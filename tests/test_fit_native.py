@@ -97,6 +97,8 @@ def test_unsupported_shapes_fall_back_and_are_refused_by_the_step():
     w, b = init_params(spec, 0, range(2))
     with pytest.raises(ValueError, match="other coordinates or another architecture"):
         step(SirenSpec((2, 32, 32, 3)), w, b, step.coords, torch.rand(2, 64, 1))
+    with pytest.raises(ValueError, match="float32 CPU tensors"):
+        step(spec, [t.double() for t in w], b, step.coords, torch.rand(2, 64, 1))
     with pytest.raises(ValueError, match="room for 2"):
         w3, b3 = init_params(spec, 0, range(3))
         step(spec, w3, b3, step.coords, torch.rand(3, 64, 1))

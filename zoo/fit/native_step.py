@@ -66,6 +66,8 @@ class NativeSirenStep:
         K = weights[0].shape[0]
         if K > self.capacity:
             raise ValueError(f"{K} networks but room for {self.capacity}")
+        if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in [*weights, *biases, targets]):
+            raise ValueError("the native step takes float32 CPU tensors")
         weights = [w.contiguous() for w in weights]
         biases = [b.contiguous() for b in biases]
         targets = targets.contiguous()
