@@ -91,8 +91,25 @@ def generate(kind, out, **kw):
     from zoo.inspect import summary
     from zoo.store import WeightStore
 
-    run_generate(GenerateOptions(kind=kind, out=out, **kw), log=click.echo)
+    try:
+        run_generate(GenerateOptions(kind=kind, out=out, **kw), log=click.echo)
+    except KeyboardInterrupt:
+        click.secho(f"\ninterrupted: {_progress_of(out)}; rerun the same command to resume", fg="yellow", err=True)
+        sys.exit(130)
     click.echo(summary(WeightStore(out)))
+
+
+def _progress_of(out: str) -> str:
+    """How far an interrupted ``generate`` got, from its manifest (finished chunks are kept)."""
+    from zoo.store.manifest import read_manifest
+    from zoo.store.writer import missing_chunks
+
+    try:
+        manifest = read_manifest(out)
+    except Exception:  # interrupted before the store existed, or mid-write of the manifest
+        return f"no finished chunk in {out} yet"
+    total = manifest["num_chunks"]
+    return f"{total - len(missing_chunks(manifest))} of {total} chunks of {out} are finished and kept"
 
 
 @main.command()

@@ -83,3 +83,23 @@ def test_summary_of_one_seed_shows_no_spread():
 
     assert format_summary({"mean": 0.5, "std": 0.0}, 1) == "0.5000 (one seed)"
     assert format_summary({"mean": 0.5, "std": 0.01}, 3) == "0.5000 ± 0.0100 (3 seeds)"
+
+
+def test_interrupted_generate_says_what_is_kept_and_how_to_resume(tmp_path, monkeypatch):
+    """Ctrl-C: exit 130 and one line with the finished chunks, instead of click's bare "Aborted!"."""
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "store"
+    args = ["generate", "mnist-inr", "--dataset", "digits", "--limit", "24", "--chunk-size", "8", "--steps", "3",
+            "--out", str(out)]
+    monkeypatch.setattr("zoo.generate.run.get_source", interrupt)  # before the store exists
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 130 and "no finished chunk" in result.output and "rerun the same command" in result.output
+    monkeypatch.undo()
+    monkeypatch.setattr("zoo.generate.run.consolidate_rows", interrupt)  # after every chunk was fitted
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 130 and "3 of 3 chunks" in result.output and "kept" in result.output
+    monkeypatch.undo()
+    result = CliRunner().invoke(main, args)  # the rerun finishes the store
+    assert result.exit_code == 0 and "complete" in result.output, result.output
