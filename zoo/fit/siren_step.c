@@ -98,69 +98,69 @@ INLINE void matmul_tile(int nv, const float *a, ptrdiff_t a_row, ptrdiff_t a_k, 
     }
 }
 
-/* Forward sine layer tile: S, C = sin, cos of w0 * (W @ X + bias) for rows i..i+3, columns j.. */
-INLINE void sine_tile(int nv, int i, int j, int kd, int n, const float *w, const float *bias, float w0,
-                      const float *x, float *s_out, float *c_out) {
+/* ---- a layer's product and its elementwise stage, tile by tile while the tile is in registers:
+ *   SINE:     out, out_cos = sin, cos of w0 * (A @ B + bias)        (a forward sine layer)
+ *   BACKPROP: out = (A @ B) * w0 * cos, or A @ B where cos is NULL  (a backward step, A = W^T) */
+enum { EPILOGUE_SINE, EPILOGUE_BACKPROP };
+
+typedef struct {
+    const float *a;        /* A's element (r, k) is a[r * a_row + k * a_k] */
+    ptrdiff_t a_row, a_k;
+    int kd, n;             /* B is [kd, n], row-major */
+    const float *b, *bias, *cos;
+    float w0;
+    float *out, *out_cos;  /* [m, n] */
+} Product;
+
+INLINE void product_tile(int epilogue, int nv, const Product *p, int i, int j) {
     __m256 acc[4][MAX_COLUMN_VECTORS], s, c;
-    matmul_tile(nv, w + i * kd, kd, 1, x + j, n, kd, acc);
-    __m256 w0v = _mm256_set1_ps(w0);
+    matmul_tile(nv, p->a + i * p->a_row, p->a_row, p->a_k, p->b + j, p->n, p->kd, acc);
+    __m256 w0v = _mm256_set1_ps(p->w0);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
-        __m256 b = _mm256_set1_ps(bias[i + r]);
-        ptrdiff_t at = (ptrdiff_t)(i + r) * n + j;
+        ptrdiff_t at = (ptrdiff_t)(i + r) * p->n + j;
+        __m256 b = epilogue == EPILOGUE_SINE ? _mm256_set1_ps(p->bias[i + r]) : _mm256_setzero_ps();
 #pragma GCC unroll 3
         for (int v = 0; v < nv; v++) {
-            sincos8(_mm256_mul_ps(w0v, _mm256_add_ps(acc[r][v], b)), &s, &c);
-            _mm256_storeu_ps(s_out + at + 8 * v, s);
-            _mm256_storeu_ps(c_out + at + 8 * v, c);
+            if (epilogue == EPILOGUE_SINE) {
+                sincos8(_mm256_mul_ps(w0v, _mm256_add_ps(acc[r][v], b)), &s, &c);
+                _mm256_storeu_ps(p->out + at + 8 * v, s);
+                _mm256_storeu_ps(p->out_cos + at + 8 * v, c);
+            } else {
+                __m256 value = acc[r][v];
+                if (p->cos) value = _mm256_mul_ps(value, _mm256_mul_ps(w0v, _mm256_loadu_ps(p->cos + at + 8 * v)));
+                _mm256_storeu_ps(p->out + at + 8 * v, value);
+            }
         }
     }
+}
+
+/* all m rows (a multiple of 4) and n columns (a multiple of 8): 24-column tiles, then 16 and 8 */
+INLINE void product(int epilogue, int m, const Product *p) {
+    int j = 0;
+    for (; j + 24 <= p->n; j += 24)
+        for (int i = 0; i < m; i += 4) product_tile(epilogue, 3, p, i, j);
+    if (j + 16 <= p->n) {
+        for (int i = 0; i < m; i += 4) product_tile(epilogue, 2, p, i, j);
+        j += 16;
+    }
+    if (j + 8 <= p->n)
+        for (int i = 0; i < m; i += 4) product_tile(epilogue, 1, p, i, j);
 }
 
 /* s_out, c_out [m, n] = sin, cos(w0 * (w [m, kd] @ x [kd, n] + bias)) */
 static void sine_layer(int m, int kd, int n, const float *w, const float *bias, float w0, const float *x,
                        float *s_out, float *c_out) {
-    int j = 0;
-    for (; j + 24 <= n; j += 24)
-        for (int i = 0; i < m; i += 4) sine_tile(3, i, j, kd, n, w, bias, w0, x, s_out, c_out);
-    if (j + 16 <= n) {
-        for (int i = 0; i < m; i += 4) sine_tile(2, i, j, kd, n, w, bias, w0, x, s_out, c_out);
-        j += 16;
-    }
-    if (j + 8 <= n)
-        for (int i = 0; i < m; i += 4) sine_tile(1, i, j, kd, n, w, bias, w0, x, s_out, c_out);
-}
-
-/* Backward tile: out = (W^T @ G) * w0 * cos for rows i..i+3 (W is [kd, m]); cos NULL: no factor. */
-INLINE void backprop_tile(int nv, int i, int j, int kd, int m, int n, const float *w, const float *g,
-                          const float *cos, float w0, float *out) {
-    __m256 acc[4][MAX_COLUMN_VECTORS];
-    matmul_tile(nv, w + i, 1, m, g + j, n, kd, acc);
-    __m256 w0v = _mm256_set1_ps(w0);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        ptrdiff_t at = (ptrdiff_t)(i + r) * n + j;
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) {
-            __m256 value = acc[r][v];
-            if (cos) value = _mm256_mul_ps(value, _mm256_mul_ps(w0v, _mm256_loadu_ps(cos + at + 8 * v)));
-            _mm256_storeu_ps(out + at + 8 * v, value);
-        }
-    }
+    Product p = {.a = w, .a_row = kd, .a_k = 1, .kd = kd, .n = n, .b = x, .bias = bias, .w0 = w0,
+                 .out = s_out, .out_cos = c_out};
+    product(EPILOGUE_SINE, m, &p);
 }
 
 /* out [m, n] = (w [kd, m])^T @ g [kd, n], times w0 * cos [m, n] unless cos is NULL */
 static void backprop_layer(int m, int kd, int n, const float *w, const float *g, const float *cos, float w0,
                            float *out) {
-    int j = 0;
-    for (; j + 24 <= n; j += 24)
-        for (int i = 0; i < m; i += 4) backprop_tile(3, i, j, kd, m, n, w, g, cos, w0, out);
-    if (j + 16 <= n) {
-        for (int i = 0; i < m; i += 4) backprop_tile(2, i, j, kd, m, n, w, g, cos, w0, out);
-        j += 16;
-    }
-    if (j + 8 <= n)
-        for (int i = 0; i < m; i += 4) backprop_tile(1, i, j, kd, m, n, w, g, cos, w0, out);
+    Product p = {.a = w, .a_row = 1, .a_k = m, .kd = kd, .n = n, .b = g, .cos = cos, .w0 = w0, .out = out};
+    product(EPILOGUE_BACKPROP, m, &p);
 }
 
 /* out[r, c] = sum_p g[r, p] x[c, p] for an rm x rc block (a long reduction: 8 accumulators) */
