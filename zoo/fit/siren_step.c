@@ -163,21 +163,21 @@ static void backprop_layer(int m, int kd, int n, const float *w, const float *g,
     product(EPILOGUE_BACKPROP, m, &p);
 }
 
-/* out[r, c] = sum_p g[r, p] x[c, p] for an rm x rc block (a long reduction: 8 accumulators) */
+/* out[r, c] = sum_p g[r, p] x[c, p] for an rm x rc block (a long reduction: rm * rc accumulators) */
 INLINE void gram_tile(int rm, int rc, const float *g, const float *x, int p_count, float *out, int ldo) {
-    __m256 acc[4][2];
+    __m256 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < rm; r++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int c = 0; c < rc; c++) acc[r][c] = _mm256_setzero_ps();
     for (int p = 0; p < p_count; p += 8) {
-        __m256 xv[2];
-#pragma GCC unroll 2
+        __m256 xv[4];
+#pragma GCC unroll 4
         for (int c = 0; c < rc; c++) xv[c] = _mm256_loadu_ps(x + (ptrdiff_t)c * p_count + p);
 #pragma GCC unroll 4
         for (int r = 0; r < rm; r++) {
             __m256 gv = _mm256_loadu_ps(g + (ptrdiff_t)r * p_count + p);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int c = 0; c < rc; c++) acc[r][c] = _mm256_fmadd_ps(gv, xv[c], acc[r][c]);
         }
     }
@@ -185,18 +185,22 @@ INLINE void gram_tile(int rm, int rc, const float *g, const float *x, int p_coun
         for (int c = 0; c < rc; c++) out[r * ldo + c] = hsum8(acc[r][c]);
 }
 
+/* rows i..i+rm-1 of out [m, mc]: rm x rc tiles, then single columns */
+INLINE void gram_rows(int rm, int rc, const float *g, const float *x, int p_count, int mc, int i, float *out) {
+    const float *gi = g + (ptrdiff_t)i * p_count;
+    int c = 0;
+    for (; c + rc <= mc; c += rc) gram_tile(rm, rc, gi, x + (ptrdiff_t)c * p_count, p_count, out + i * mc + c, mc);
+    for (; c < mc; c++) gram_tile(rm, 1, gi, x + (ptrdiff_t)c * p_count, p_count, out + i * mc + c, mc);
+}
+
 /* out [m, mc] = g [m, p] @ x [mc, p]^T (a weight gradient) */
 static void gram(int m, int mc, int p_count, const float *g, const float *x, float *out) {
     int i = 0;
-    for (; i + 4 <= m; i += 4) {
-        int c = 0;
-        for (; c + 2 <= mc; c += 2) gram_tile(4, 2, g + (ptrdiff_t)i * p_count, x + (ptrdiff_t)c * p_count, p_count, out + i * mc + c, mc);
-        if (c < mc) gram_tile(4, 1, g + (ptrdiff_t)i * p_count, x + (ptrdiff_t)c * p_count, p_count, out + i * mc + c, mc);
-    }
-    for (; i < m; i++) {
-        int c = 0;
-        for (; c + 2 <= mc; c += 2) gram_tile(1, 2, g + (ptrdiff_t)i * p_count, x + (ptrdiff_t)c * p_count, p_count, out + i * mc + c, mc);
-        if (c < mc) gram_tile(1, 1, g + (ptrdiff_t)i * p_count, x + (ptrdiff_t)c * p_count, p_count, out + i * mc + c, mc);
+    for (; i + 4 <= m; i += 4) gram_rows(4, 2, g, x, p_count, mc, i, out);
+    switch (m - i) { /* the last 1-3 rows (an output layer's): wider column tiles keep 6-8 sums going */
+        case 3: gram_rows(3, 2, g, x, p_count, mc, i, out); break;
+        case 2: gram_rows(2, 4, g, x, p_count, mc, i, out); break;
+        case 1: gram_rows(1, 4, g, x, p_count, mc, i, out); break;
     }
 }
 
@@ -305,6 +309,26 @@ static void grid_layer_grads(int d1, int h, int wd, const float *ys, const float
     }
 }
 
+/* One output channel over 8 * nv points from p: y = wo . act + bias, err = y - target; adds err^2
+ * to *sq and stores scale * err (nv independent accumulators: the d_last-long sum is a chain). */
+INLINE void output_block(int nv, const float *wo, float bias, const float *act, int d_last, int p_count, int p,
+                         const float *target, float scale, float *g_out, __m256 *sq) {
+    __m256 y[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) y[v] = _mm256_set1_ps(bias);
+    for (int i = 0; i < d_last; i++) {
+        __m256 wi = _mm256_set1_ps(wo[i]);
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) y[v] = _mm256_fmadd_ps(wi, _mm256_loadu_ps(act + (ptrdiff_t)i * p_count + p + 8 * v), y[v]);
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        __m256 err = _mm256_sub_ps(y[v], _mm256_loadu_ps(target + p + 8 * v));
+        *sq = _mm256_fmadd_ps(err, err, *sq);
+        _mm256_storeu_ps(g_out + p + 8 * v, _mm256_mul_ps(err, _mm256_set1_ps(scale)));
+    }
+}
+
 /* ---- the whole step */
 typedef struct {
     int layers;           /* L >= 2 */
@@ -400,15 +424,13 @@ int zoo_siren_step(const SirenShape *s, int networks, float *const *weights, flo
         double squares = 0.0;
         for (int o = 0; o < d_out; o++) {
             const float *wo = w[L - 1] + o * d_last;
-            __m256 bias = _mm256_set1_ps(b[L - 1][o] + s->output_offset), sq = _mm256_setzero_ps();
-            for (int p = 0; p < P; p += 8) {
-                __m256 y = bias;
-                for (int i = 0; i < d_last; i++)
-                    y = _mm256_fmadd_ps(_mm256_set1_ps(wo[i]), _mm256_loadu_ps(last + (ptrdiff_t)i * P + p), y);
-                __m256 err = _mm256_sub_ps(y, _mm256_loadu_ps(target + (ptrdiff_t)o * P + p));
-                sq = _mm256_fmadd_ps(err, err, sq);
-                _mm256_storeu_ps(g_out + (ptrdiff_t)o * P + p, _mm256_mul_ps(err, _mm256_set1_ps(scale)));
-            }
+            float bias = b[L - 1][o] + s->output_offset;
+            __m256 sq = _mm256_setzero_ps();
+            int p = 0;
+            for (; p + 32 <= P; p += 32)
+                output_block(4, wo, bias, last, d_last, P, p, target + (ptrdiff_t)o * P, scale, g_out + (ptrdiff_t)o * P, &sq);
+            for (; p < P; p += 8)
+                output_block(1, wo, bias, last, d_last, P, p, target + (ptrdiff_t)o * P, scale, g_out + (ptrdiff_t)o * P, &sq);
             squares += hsum8(sq);
         }
         mse[k] = (float)(squares / ((double)P * d_out));
