@@ -58,6 +58,9 @@ def main(argv=None):
     warm = FitConfig(steps=2, lr=args.lr, psnr_stop=None)
     fit_batch(spec, grid.to(args.device), targets[:32], range(32), 0, warm, device=args.device)  # kernel builds
     fit_one(spec, grid.points(), targets[0], 0, 0, warm)  # first-call set-up of torch.optim.Adam
+    if args.previous_step:
+        with without_native_kernels():
+            fit_batch(spec, grid, targets[:32], range(32), 0, warm)  # numba's compilation
 
     # The two sides alternate, one group of batched networks then a share of the single ones, so
     # that this machine's drifting speed (+-20% within minutes) affects both alike.
