@@ -11,6 +11,7 @@ def test_info_and_show(tiny_store, tmp_path):
     info = runner.invoke(main, ["info", str(tiny_store)])
     assert info.exit_code == 0, info.output
     assert "train" in info.output and "psnr (dB)" in info.output and "2 -> 32 -> 32 -> 1" in info.output
+    assert "fitted by " in info.output
     out = tmp_path / "grid.png"
     shown = runner.invoke(main, ["show", str(tiny_store), "--out", str(out), "--count", "4"])
     assert shown.exit_code == 0, shown.output

@@ -171,3 +171,27 @@ def test_a_store_smaller_than_a_chunk_is_not_padded(tmp_path):
     logs = []
     generate(opts, log=logs.append)  # the same command again: complete, nothing refitted
     assert "already complete" in logs[0]
+
+
+def test_the_table_records_which_fitting_step_fitted_each_network(tiny_store, tmp_path):
+    from zoo.fit import native
+    from zoo.fit.fitter import STEP_IMPLEMENTATIONS
+    from zoo.store.writer import consolidate_rows, fragment_name
+
+    table = WeightStore(tiny_store).networks
+    assert set(table.column("fit_step").to_pylist()) <= set(STEP_IMPLEMENTATIONS)
+    if native.available():
+        assert set(table.column("fit_step").to_pylist()) == {"native-c"}
+    # a fragment from before the column (a store resumed across versions) still consolidates
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_store, copy)
+    manifest = read_manifest(copy)
+    old = copy / fragment_name(0)
+    pq.write_table(pq.read_table(old).drop_columns(["fit_step"]), old)
+    merged = consolidate_rows(copy, manifest)
+    first = manifest["chunk_size"]
+    assert merged.column("fit_step").null_count == first
+    from zoo.inspect import _fitted_by
+
+    assert f"unrecorded ({first})" in _fitted_by(merged)  # what `zoo info` prints for a mixed store
+    assert merged.num_rows == manifest["num_networks"]

@@ -32,10 +32,22 @@ def summary(store: WeightStore) -> str:
         "splits     " + ", ".join(f"{s} {v['count']}" for s, v in m["splits"].items()),
         "psnr (dB)  " + "  ".join(f"p{q} {np.percentile(psnr, q):.2f}" for q in (5, 25, 50, 75, 95))
         + f"  mean {psnr.mean():.2f}",
-        f"steps      mean {steps.mean():.0f}, early-stopped {np.mean(steps < m['generation']['fit']['steps']) * 100:.1f}%",
+        f"steps      mean {steps.mean():.0f}, early-stopped {np.mean(steps < m['generation']['fit']['steps']) * 100:.1f}%"
+        + _fitted_by(table),
         f"disk       {store.size_on_disk() / 2**20:.1f} MiB",
     ]
     return "\n".join(lines)
+
+
+def _fitted_by(table) -> str:
+    """", fitted by native-c" (or each step's share when a resumed store mixes them)."""
+    if "fit_step" not in table.column_names:
+        return ""
+    names, counts = np.unique(np.asarray(table.column("fit_step").fill_null("unrecorded").to_pylist()),
+                              return_counts=True)
+    if len(names) == 1:
+        return f", fitted by {names[0]}"
+    return ", fitted by " + ", ".join(f"{n} ({c})" for n, c in zip(names, counts))
 
 
 def decode(store: WeightStore, indices) -> np.ndarray:

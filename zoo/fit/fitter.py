@@ -42,6 +42,12 @@ class FitResult:
     mse: np.ndarray  # [K] final MSE
     psnr: np.ndarray  # [K] final PSNR (dB)
     steps: np.ndarray  # [K] optimizer steps taken
+    implementation: str = "pytorch"  # which step computed it (see STEP_IMPLEMENTATIONS)
+
+
+# The fitting step's implementations; they agree to float rounding (~1e-6), so a store records
+# which one fitted each network.
+STEP_IMPLEMENTATIONS = ("native-c", "numba-mkl", "pytorch", "pytorch-compiled")
 
 
 CPU_GROUP = 32  # networks fitted together on a CPU (the numba step's activations stay in L3 cache)
@@ -90,6 +96,7 @@ def fit_batch(
             mse=np.concatenate([p.mse for p in parts]),
             psnr=np.concatenate([p.psnr for p in parts]),
             steps=np.concatenate([p.steps for p in parts]),
+            implementation=parts[0].implementation,
         )
     return _fit_group(spec, coords, targets, indices, seed, config, peak, device, compile)
 
@@ -120,13 +127,13 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
 
     targets_w = all_targets
     if compile:
-        step_fn = compiled_step()
+        step_fn, implementation = compiled_step(), "pytorch-compiled"
     elif native_step_supported(spec, coords, device):
-        step_fn = NativeSirenStep(spec, coords, K)
+        step_fn, implementation = NativeSirenStep(spec, coords, K), "native-c"
     elif fused_step_supported(device):
-        step_fn = FusedSirenStep(coords, K)
+        step_fn, implementation = FusedSirenStep(coords, K), "numba-mkl"
     else:
-        step_fn = mse_and_grads
+        step_fn, implementation = mse_and_grads, "pytorch"
     for step in range(config.steps):
         mse, grad_w, grad_b = step_fn(spec, weights, biases, coords, targets_w)
         if config.psnr_stop is not None:
@@ -156,4 +163,5 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
         mse=final_mse.cpu().numpy(),
         psnr=psnr(final_mse, peak).cpu().numpy(),
         steps=steps_taken.cpu().numpy(),
+        implementation=implementation,
     )

@@ -60,6 +60,7 @@ def fit_chunk(
         "mse": pa.array(result.mse.astype(np.float32)),
         "psnr": pa.array(result.psnr.astype(np.float32)),
         "steps": pa.array(result.steps.astype(np.int32)),
+        "fit_step": pa.array([result.implementation] * len(indices), pa.string()),
         # Room for classifier zoos; INR zoos leave these empty.
         "trajectory_id": pa.nulls(len(indices), pa.int64()),
         "step": pa.nulls(len(indices), pa.int64()),

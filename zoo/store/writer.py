@@ -150,7 +150,8 @@ def consolidate_rows(root: str | Path, manifest: dict) -> pa.Table:
     """Merge the per-chunk fragments into ``networks.parquet`` (sorted by index, checked for gaps)."""
     root = Path(root)
     tables = [pq.read_table(root / fragment_name(c)) for c in range(manifest["num_chunks"])]
-    table = pa.concat_tables(tables).sort_by("index")
+    # a store resumed across versions may have fragments without a newer column (nulls there)
+    table = pa.concat_tables(tables, promote_options="default").sort_by("index")
     index = table.column("index").to_numpy()
     if not np.array_equal(index, np.arange(manifest["num_networks"])):
         raise StoreError(f"{root}: network rows have gaps or duplicates; rerun the generation")
