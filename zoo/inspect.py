@@ -40,7 +40,7 @@ def summary(store: WeightStore) -> str:
 
 
 def _fitted_by(table) -> str:
-    """", fitted by native-c" (or each step's share when a resumed store mixes them)."""
+    """The steps line's ", fitted by native-c" (each step's share when a resumed store mixes them)."""
     if "fit_step" not in table.column_names:
         return ""
     names, counts = np.unique(np.asarray(table.column("fit_step").fill_null("unrecorded").to_pylist()),
