@@ -1,6 +1,6 @@
 """Batched SIREN fitting vs one network at a time, on real MNIST images, measured in one run.
 
-    python benchmarks/fit_throughput.py [--networks 256] [--single 8] [--steps 200] [--threads 1] [--previous-step]
+    python benchmarks/fit_throughput.py [--networks 256] [--single 16] [--steps 200] [--threads 1] [--previous-step]
 
 Both sides fit the same images for the same number of steps (no early stop) with the same
 initialization; the single-network side uses ``torch.optim.Adam`` and autograd, one network after
@@ -37,7 +37,7 @@ def without_native_kernels():
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--networks", type=int, default=256, help="networks fitted by the batched fitter")
-    p.add_argument("--single", type=int, default=8, help="networks fitted one at a time (the baseline)")
+    p.add_argument("--single", type=int, default=16, help="networks fitted one at a time (the baseline)")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--threads", type=int, default=1, help="torch threads for both sides")

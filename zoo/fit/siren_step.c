@@ -163,7 +163,8 @@ static void backprop_layer(int m, int kd, int n, const float *w, const float *g,
     product(EPILOGUE_BACKPROP, m, &p);
 }
 
-/* out[r, c] = sum_p g[r, p] x[c, p] for an rm x rc block (a long reduction: rm * rc accumulators) */
+/* out[r, c] = sum_p g[r, p] x[c, p] for an rm x rc block (a long reduction: rm * rc accumulators;
+ * 4 x 3 keeps 12 sums going for 7 loads, where 4 x 2 streamed 6 loads per 8 from L2) */
 INLINE void gram_tile(int rm, int rc, const float *g, const float *x, int p_count, float *out, int ldo) {
     __m256 acc[4][4];
 #pragma GCC unroll 4
@@ -185,18 +186,19 @@ INLINE void gram_tile(int rm, int rc, const float *g, const float *x, int p_coun
         for (int c = 0; c < rc; c++) out[r * ldo + c] = hsum8(acc[r][c]);
 }
 
-/* rows i..i+rm-1 of out [m, mc]: rm x rc tiles, then single columns */
+/* rows i..i+rm-1 of out [m, mc]: rm x rc tiles, then pairs and single columns */
 INLINE void gram_rows(int rm, int rc, const float *g, const float *x, int p_count, int mc, int i, float *out) {
     const float *gi = g + (ptrdiff_t)i * p_count;
     int c = 0;
     for (; c + rc <= mc; c += rc) gram_tile(rm, rc, gi, x + (ptrdiff_t)c * p_count, p_count, out + i * mc + c, mc);
+    for (; rc > 2 && c + 2 <= mc; c += 2) gram_tile(rm, 2, gi, x + (ptrdiff_t)c * p_count, p_count, out + i * mc + c, mc);
     for (; c < mc; c++) gram_tile(rm, 1, gi, x + (ptrdiff_t)c * p_count, p_count, out + i * mc + c, mc);
 }
 
 /* out [m, mc] = g [m, p] @ x [mc, p]^T (a weight gradient) */
 static void gram(int m, int mc, int p_count, const float *g, const float *x, float *out) {
     int i = 0;
-    for (; i + 4 <= m; i += 4) gram_rows(4, 2, g, x, p_count, mc, i, out);
+    for (; i + 4 <= m; i += 4) gram_rows(4, 3, g, x, p_count, mc, i, out);
     switch (m - i) { /* the last 1-3 rows (an output layer's): wider column tiles keep 6-8 sums going */
         case 3: gram_rows(3, 2, g, x, p_count, mc, i, out); break;
         case 2: gram_rows(2, 4, g, x, p_count, mc, i, out); break;
