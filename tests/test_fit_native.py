@@ -162,9 +162,12 @@ def _library_in_subprocess(tmp_path, **env):
 def test_the_library_is_built_once_into_the_cache_and_can_be_switched_off(tmp_path):
     if native._compiler() is None:
         pytest.skip("no C compiler")
+    stale = tmp_path / "native" / "siren_step-0000000000000000.so"  # a build of an older source
+    stale.parent.mkdir()
+    stale.write_bytes(b"old")
     assert _library_in_subprocess(tmp_path)[0] == "LOADED"
     built = list((tmp_path / "native").glob("siren_step-*.so"))
-    assert len(built) == 1
+    assert len(built) == 1 and built[0] != stale  # the new build replaced the stale one
     mtime = built[0].stat().st_mtime_ns
     assert _library_in_subprocess(tmp_path)[0] == "LOADED"
     assert built[0].stat().st_mtime_ns == mtime  # reused, not rebuilt

@@ -91,6 +91,9 @@ def _build(compiler: str) -> Path:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    for stale in target.parent.glob("siren_step-*.so"):  # builds of older sources (processes that
+        if stale != target:                              # still have one loaded keep their mapping)
+            stale.unlink(missing_ok=True)
     return target
 
 
