@@ -101,12 +101,13 @@ def generate(kind, out, **kw):
 
 def _progress_of(out: str) -> str:
     """How far an interrupted ``generate`` got, from its manifest (finished chunks are kept)."""
+    from zoo.store import StoreError
     from zoo.store.manifest import read_manifest
     from zoo.store.writer import missing_chunks
 
     try:
         manifest = read_manifest(out)
-    except Exception:  # interrupted before the store existed, or mid-write of the manifest
+    except StoreError:  # interrupted before the store existed
         return f"no finished chunk in {out} yet"
     total = manifest["num_chunks"]
     return f"{total - len(missing_chunks(manifest))} of {total} chunks of {out} are finished and kept"

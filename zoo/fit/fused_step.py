@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from . import kernels
-from .siren import Grid2D, SirenSpec
+from .siren import Grid2D, SirenSpec, point_count
 
 Tensor = torch.Tensor
 
@@ -39,10 +39,9 @@ class FusedSirenStep:
         if self.grid:
             self.ys = coords.ys.contiguous().numpy()
             self.xs = coords.xs.contiguous().numpy()
-            self.points = len(self.ys) * len(self.xs)
         else:
-            self.points = coords.shape[0]
             self.coords_t = coords.T.contiguous()  # [d_0, P]
+        self.points = point_count(coords)
         self.capacity = max_networks
         self._buffers: dict[str, Tensor] = {}
 

@@ -12,7 +12,7 @@ import ctypes
 import torch
 
 from . import native
-from .siren import Grid2D, SirenSpec
+from .siren import Grid2D, SirenSpec, point_count
 
 Tensor = torch.Tensor
 
@@ -22,7 +22,7 @@ def native_step_supported(spec: SirenSpec, coords, device) -> bool:
     hidden widths that are multiples of 4, and a point count that is a multiple of 8."""
     if torch.device(device).type != "cpu" or not native.available():
         return False
-    points = coords.ys.numel() * coords.xs.numel() if isinstance(coords, Grid2D) else coords.shape[0]
+    points = point_count(coords)
     grid_ok = not isinstance(coords, Grid2D) or spec.widths[0] == 2
     return grid_ok and points % 8 == 0 and all(d % 4 == 0 for d in spec.widths[1:-1]) and spec.num_layers <= 64
 
@@ -44,16 +44,15 @@ class NativeSirenStep:
         self._widths = (ctypes.c_int * len(spec.widths))(*spec.widths)
         if isinstance(coords, Grid2D):
             self._ys, self._xs = coords.ys.float().contiguous(), coords.xs.float().contiguous()
-            height, width, points = self._ys.numel(), self._xs.numel(), self._ys.numel() * self._xs.numel()
+            height, width = self._ys.numel(), self._xs.numel()
             grid_axes, coords_t = (self._ys.data_ptr(), self._xs.data_ptr()), None
         else:
             self._coords_t = coords.float().T.contiguous()  # [d_0, P]
             height = width = 0
-            points = coords.shape[0]
             grid_axes, coords_t = (None, None), self._coords_t.data_ptr()
-        w0 = spec.w0()
+        points = point_count(coords)
         self._shape = native.SirenShape(spec.num_layers, self._widths, points, height, width, *grid_axes, coords_t,
-                                        w0[0], w0[1] if spec.num_layers > 2 else w0[0], spec.output_offset)
+                                        spec.w0_first, spec.w0_hidden, spec.output_offset)
         self._scratch = torch.empty(self.lib.zoo_siren_scratch_floats(ctypes.byref(self._shape)))
         pairs = list(zip(spec.widths[:-1], spec.widths[1:]))
         self._grad_w = [torch.empty(max_networks, d_out, d_in) for d_in, d_out in pairs]

@@ -156,6 +156,11 @@ class Grid2D:
         return Grid2D(self.ys.to(*args, **kwargs), self.xs.to(*args, **kwargs))
 
 
+def point_count(coords) -> int:
+    """Number of points of ``[P, d_0]`` coordinates or of a :class:`Grid2D`."""
+    return coords.ys.numel() * coords.xs.numel() if isinstance(coords, Grid2D) else coords.shape[0]
+
+
 def _first_sine_layer(w0: float, weight: Tensor, bias: Tensor, coords):
     """``sin`` and ``cos`` of ``w0 * (W x + b)`` for the first layer, ``[K, d_1, P]`` each."""
     K, d1 = weight.shape[:2]

@@ -199,18 +199,11 @@ class WeightStore:
             out[name] = values
         return out
 
-    def _chunks_of(self, arr, start: int, stop: int):
-        """``(chunk, lo, hi)`` of the storage chunks that networks ``start..stop-1`` touch."""
-        rows = _storage_chunks(arr)[0]
-        start, stop, _ = slice(start, stop).indices(arr.shape[0])
-        for c in range(start // rows, (max(stop, start + 1) - 1) // rows + 1):
-            yield c, c * rows, min((c + 1) * rows, arr.shape[0])
-
     def _undecodable(self, name, arr, start, stop, exc) -> DamagedStoreError | None:
         """The error for the first chunk of ``start..stop-1`` that fails to decode on its own
         (``None`` if none does). Runs on failures only."""
         try:
-            chunks = list(self._chunks_of(arr, start, stop))
+            chunks = list(_chunks_of(arr, start, stop))
         except TypeError:
             return None
         for c, lo, hi in chunks:
@@ -290,6 +283,14 @@ class WeightStore:
         if isinstance(self.root, UrlRoot):
             return self.root.total_size()
         return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
+
+
+def _chunks_of(arr, start: int, stop: int):
+    """``(chunk, lo, hi)`` of the storage chunks that networks ``start..stop-1`` touch."""
+    rows = _storage_chunks(arr)[0]
+    start, stop, _ = slice(start, stop).indices(arr.shape[0])
+    for c in range(start // rows, (max(stop, start + 1) - 1) // rows + 1):
+        yield c, c * rows, min((c + 1) * rows, arr.shape[0])
 
 
 def _storage_chunks(arr) -> tuple[int, ...]:
