@@ -18,6 +18,9 @@ no idle OpenMP thread of its own competes with the workers.
 Both implementations' workers keep freed large tensors in the heap, as ``zoo train`` does
 (:func:`dws.tasks.allocator.retain_freed_memory`): otherwise every step page-faults its
 activations in again (~3-6 us per 4 KiB page here). ``--no-malloc-tuning`` measures without.
+On a CPU a third row, ``fused-pytorch``, runs the fused model with ``ZOO_NATIVE=0``: PyTorch's
+operators only, without the native kernels of ``dws/nn/kernels.c`` (the other two rows use them
+where they apply: the fused layer's hidden-weight product and pools, and both models' batch norm).
 On a GPU (``--device cuda``) each step is synchronized before the clock is read, and peak memory is
 the growth of ``torch.cuda.max_memory_allocated`` over the setup.
 """
@@ -43,7 +46,7 @@ from dws import DWSNetInvariant, WeightSpace, dwsnet_mnist_inr_config  # noqa: E
 from dws.nn.reference import with_reference_layers  # noqa: E402
 from dws.tasks.allocator import retain_freed_memory  # noqa: E402
 
-IMPLS = ("fused", "block-by-block")
+IMPLS = ("fused", "fused-pytorch", "block-by-block")  # fused-pytorch: ZOO_NATIVE=0, CPU only
 
 
 def build(impl: str, batch: int, seed: int = 0, device: str = "cpu"):
@@ -127,12 +130,15 @@ def main() -> None:
     rows = []
     for batch in args.batches:
         for impl in IMPLS:
-            iters = args.iters if impl == "fused" else args.ref_iters
-            cmd = [sys.executable, __file__, "--worker", impl, str(batch), "--iters", str(iters),
+            if impl == "fused-pytorch" and args.device != "cpu":
+                continue  # the native kernels are CPU kernels: on a GPU this is the fused row
+            iters = args.ref_iters if impl == "block-by-block" else args.iters
+            cmd = [sys.executable, __file__, "--worker", impl.split("-pytorch")[0], str(batch), "--iters", str(iters),
                    "--threads", str(args.threads), "--device", args.device,
                    "--malloc-tuning" if args.malloc_tuning else "--no-malloc-tuning"]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            rows.append(json.loads(out))
+            env = {**os.environ, **({"ZOO_NATIVE": "0"} if impl == "fused-pytorch" else {})}
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+            rows.append({**json.loads(out), "impl": impl})
     print(f"{'batch':>5}  {'implementation':<15} {'samples/s (median)':>19} {'(best)':>8} {'peak MiB':>9} {'speed-up':>9}")
     for r in rows:
         ref = next(x for x in rows if x["batch"] == r["batch"] and x["impl"] == "block-by-block")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from zoo import cbuild
 from zoo.fit import native
 from zoo.fit.adam import MaskedAdam
 from zoo.fit.fitter import FitConfig, fit_batch
@@ -158,9 +159,9 @@ def _library_in_subprocess(tmp_path, **env):
     return done.stdout.strip(), done.stderr
 
 
-@pytest.mark.skipif(not native.cpu_supported(), reason="needs x86-64 with AVX2 and FMA")
+@pytest.mark.skipif(not cbuild.cpu_supported(), reason="needs x86-64 with AVX2 and FMA")
 def test_the_library_is_built_once_into_the_cache_and_can_be_switched_off(tmp_path):
-    if native._compiler() is None:
+    if cbuild.compiler() is None:
         pytest.skip("no C compiler")
     stale = tmp_path / "native" / "siren_step-0000000000000000.so"  # a build of an older source
     stale.parent.mkdir()
@@ -174,7 +175,7 @@ def test_the_library_is_built_once_into_the_cache_and_can_be_switched_off(tmp_pa
     assert _library_in_subprocess(tmp_path, ZOO_NATIVE="0")[0] == "NONE"
 
 
-@pytest.mark.skipif(not native.cpu_supported(), reason="needs x86-64 with AVX2 and FMA")
+@pytest.mark.skipif(not cbuild.cpu_supported(), reason="needs x86-64 with AVX2 and FMA")
 def test_a_failing_compiler_gives_one_warning_and_the_numba_path(tmp_path):
     fake = tmp_path / "broken-cc"
     fake.write_text("#!/bin/sh\necho 'broken-cc: cannot compile' >&2\nexit 1\n")
@@ -185,7 +186,7 @@ def test_a_failing_compiler_gives_one_warning_and_the_numba_path(tmp_path):
     assert not list((tmp_path / "native").glob("*.so"))  # no half-written library left behind
 
 
-@pytest.mark.skipif(not native.cpu_supported(), reason="needs x86-64 with AVX2 and FMA")
+@pytest.mark.skipif(not cbuild.cpu_supported(), reason="needs x86-64 with AVX2 and FMA")
 def test_no_compiler_says_so_once(tmp_path):
     out, err = _library_in_subprocess(tmp_path, PATH=str(tmp_path), CC="")
     assert out == "NONE"

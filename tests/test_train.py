@@ -126,6 +126,9 @@ def test_retain_freed_memory_reuses_large_blocks():
     on = blocks("on")
     if on == [-1]:
         pytest.skip("not glibc >= 2.33")
-    assert on == [0, 38]  # no mapped block; all 38 MiB kept in the heap after the free
+    mapped, kept = on
+    # no mapped block; the 38 MiB kept in the heap after the free (37 when the blocks reused a few
+    # bytes that were already free before: the count is rounded down to MiB)
+    assert mapped == 0 and kept >= 37
     mapped, kept = blocks("off")  # glibc's default (3 and 0 here; its threshold adapts to past frees)
-    assert mapped >= 1 and kept < 38
+    assert mapped >= 1 and kept < 37

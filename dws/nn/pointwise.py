@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dws.nn.bn_relu import bn_relu_train, native_applies
 from dws.weightspace import WeightSpace
 
 
@@ -59,6 +60,8 @@ class WSBatchNorm(nn.Module):
         # two passes backward (measured 1.5x faster than a hand-written BN+ReLU autograd node).
         # The ReLU runs in place on its fresh output: batch norm's backward needs only its input.
         flat = x.reshape(-1, x.shape[-1])
+        if self.relu and native_applies(bn, flat):  # two passes each way instead of five
+            return bn_relu_train(bn, flat).reshape(x.shape)
         if bn.training and flat.shape[0] == 1:  # one value per channel (b_M of a single network):
             out = flat * 0 + bn.bias  # centred it is 0, so BN gives beta; torch's BN would raise
         else:

@@ -7,29 +7,22 @@ step runs one network's whole step at a time (its activations stay in L2), with 
 AVX2/FMA matmuls whose tiles end in the elementwise work (bias, sine and cosine in the forward,
 times ``w0 * cos`` in the backward). Adam is one pass per parameter tensor.
 
-The library is compiled with the system C compiler (``$CC``, else ``cc``/``gcc``) into a per-user
-cache (``$ZOO_CACHE_DIR`` or ``~/.cache/weightzoo``), named by a hash of the source, the flags and
-the compiler, written atomically (parallel Ray workers may race to build it). It needs x86-64 with
-AVX2 and FMA. Where any of that is missing, or ``ZOO_NATIVE=0`` is set, :func:`library` returns
-``None`` (with one warning if a build failed) and the fitter uses the numba kernels
-(:mod:`zoo.fit.kernels`) or plain PyTorch instead: same math, float rounding apart.
+It is compiled on first use and cached by :mod:`zoo.cbuild`. Where it cannot be (no x86-64 with
+AVX2 and FMA, no compiler, a failed build, or ``ZOO_NATIVE=0``), :func:`library` returns ``None`` and the
+fitter uses the numba kernels (:mod:`zoo.fit.kernels`) or plain PyTorch instead: same math, float
+rounding apart.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import warnings
 from pathlib import Path
 
+from zoo import cbuild
+
 SOURCE = Path(__file__).with_name("siren_step.c")
-FLAGS = ["-O3", "-mavx2", "-mfma", "-fno-math-errno", "-std=gnu11", "-shared", "-fPIC"]
+FLAGS = list(cbuild.BASE_FLAGS)
 
 
 class SirenShape(ctypes.Structure):
@@ -50,69 +43,11 @@ class SirenShape(ctypes.Structure):
     ]
 
 
-def cpu_supported() -> bool:
-    """x86-64 Linux with AVX2 and FMA (what the kernels are written for)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-    return {"avx2", "fma"} <= set(flags)
-
-
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        path = shutil.which(name) if name else None
-        if path:
-            return path
-    return None
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("ZOO_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "weightzoo")
-    return Path(root) / "native"
-
-
-def _build(compiler: str) -> Path:
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *version, *FLAGS]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"siren_step-{key}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{compiler} failed:\n{done.stderr.strip()}")
-        os.replace(tmp, target)  # atomic: a concurrent builder's identical file is simply replaced
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    for stale in target.parent.glob("siren_step-*.so"):  # builds of older sources (processes that
-        if stale != target:                              # still have one loaded keep their mapping)
-            stale.unlink(missing_ok=True)
-    return target
-
-
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """The loaded kernels, or ``None`` where they cannot run here (see the module doc)."""
-    if os.environ.get("ZOO_NATIVE", "1") == "0" or not cpu_supported():
-        return None
-    compiler = _compiler()
-    if compiler is None:
-        warnings.warn("no C compiler (cc, gcc, clang or $CC) found: CPU fitting uses the slower numba/PyTorch "
-                      "step; install one (e.g. gcc) for the native kernels, or set ZOO_NATIVE=0 to silence this",
-                      stacklevel=2)
-        return None
-    try:
-        lib = ctypes.CDLL(str(_build(compiler)))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as err:
-        warnings.warn(f"native fitting kernels unavailable, using the slower numba/PyTorch step: {err}", stacklevel=2)
+    lib = cbuild.load(SOURCE, FLAGS, "native fitting kernels", "the slower numba/PyTorch step")
+    if lib is None:
         return None
     shape_p = ctypes.POINTER(SirenShape)
     floats_pp = ctypes.POINTER(ctypes.c_void_p)

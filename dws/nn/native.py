@@ -1,0 +1,115 @@
+"""Native CPU kernels for a DWSNet's largest tensors (``kernels.c``), built on first use.
+
+Why C: at the MNIST-INR configuration a hidden weight's features (``[64, 32, 32, 48]``, 12.6 MB at
+batch 64) dominate a training step, and PyTorch runs each of their operations as its own pass
+over memory: the channel-mixing product, two max pools, batch norm's statistics and normalization,
+the ReLU, and in the backward the ReLU mask, batch norm's two passes, the product's two gradients
+and the pools' scatter into a zero-filled buffer. The C kernels do the product, the pools and
+(backward) both gradients and the scatter one network at a time while its ``[H, W, C]`` block is in
+the core's L2 cache, and batch norm + ReLU in two passes each way, saving only batch norm's input.
+They run on PyTorch's OpenMP thread pool (see ``kernels.c``).
+
+Used for float32 CPU tensors whose channel counts are multiples of 8, where the library could be
+built (:mod:`zoo.cbuild`: x86-64 with AVX2 and FMA, a C compiler, ``ZOO_NATIVE`` not ``0``);
+everything else (float64, GPU, other channel counts) takes the PyTorch path, which computes the
+same function up to float rounding (tested).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import torch
+
+from zoo import cbuild
+
+Tensor = torch.Tensor
+SOURCE = Path(__file__).with_name("kernels.c")
+FLAGS = [*cbuild.BASE_FLAGS, "-fopenmp"]
+
+_int, _ptr, _float, _size = ctypes.c_int, ctypes.c_void_p, ctypes.c_float, ctypes.c_ssize_t
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels, or ``None`` where they cannot run here (see the module doc)."""
+    lib = cbuild.load(SOURCE, FLAGS, "native DWS kernels", "the PyTorch path of the DWS layers")
+    if lib is None:
+        return None
+    lib.dws_pools_product.argtypes = [_int] * 5 + [_ptr] * 7 + [_int]
+    lib.dws_pools_product_backward.argtypes = [_int] * 5 + [_ptr] * 9 + [_int]
+    lib.dws_bn_relu_forward.argtypes = [_size, _int, _ptr, _ptr, _ptr, _float] + [_ptr] * 4 + [_int]
+    lib.dws_bn_relu_backward.argtypes = [_size, _int] + [_ptr] * 9 + [_int]
+    for fn in (lib.dws_pools_product, lib.dws_pools_product_backward, lib.dws_bn_relu_forward,
+               lib.dws_bn_relu_backward):
+        fn.restype = None
+    return lib
+
+
+def usable(*tensors: Tensor, channels: tuple[int, ...]) -> bool:
+    """Whether the kernels apply: contiguous float32 CPU tensors, channel counts multiples of 8."""
+    return (
+        all(c % 8 == 0 and c > 0 for c in channels)
+        and all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+        and library() is not None
+    )
+
+
+def _ptr_of(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def pools_product(x: Tensor, weight: Tensor, rows: bool, columns: bool):
+    """``x`` [B, H, W, Ci] -> ``(x @ weight, (max over W, its argmax) or None, (max over H, argmax) or None)``;
+    argmaxes are int32 indices along the pooled axis."""
+    B, H, W, ci = x.shape
+    y = x.new_empty(B, H, W, weight.shape[1])
+    row = (x.new_empty(B, H, ci), torch.empty(B, H, ci, dtype=torch.int32)) if rows else (None, None)
+    col = (x.new_empty(B, W, ci), torch.empty(B, W, ci, dtype=torch.int32)) if columns else (None, None)
+    library().dws_pools_product(B, H, W, ci, weight.shape[1], x.data_ptr(), weight.data_ptr(), y.data_ptr(),
+                                *map(_ptr_of, row + col), torch.get_num_threads())
+    return y, (row if rows else None), (col if columns else None)
+
+
+def pools_product_backward(x: Tensor, weight: Tensor, grad_y: Tensor | None, row, col, want_x: bool,
+                           want_weight: bool) -> tuple[Tensor | None, Tensor | None]:
+    """Gradients of :func:`pools_product` for ``x`` and ``weight``; ``row``/``col`` are ``(grad, argmax)``
+    with ``grad`` None where that pool received none."""
+    B, H, W, ci = x.shape
+    co = weight.shape[1]
+    grad_x = x.new_empty(x.shape) if want_x else None
+    grad_w = weight.new_empty(ci, co) if want_weight and grad_y is not None else None
+    # (contiguous copies are bound to names: a temporary's memory could be freed before the call)
+    grad_y = None if grad_y is None else grad_y.contiguous()
+    weight_t = weight.t().contiguous()
+    (g_row, a_row), (g_col, a_col) = (row or (None, None)), (col or (None, None))
+    g_row = None if g_row is None else g_row.contiguous()
+    g_col = None if g_col is None else g_col.contiguous()
+    library().dws_pools_product_backward(
+        B, H, W, ci, co, x.data_ptr(), weight_t.data_ptr(), _ptr_of(grad_y), _ptr_of(g_row), _ptr_of(a_row),
+        _ptr_of(g_col), _ptr_of(a_col), _ptr_of(grad_x), _ptr_of(grad_w), torch.get_num_threads())
+    return grad_x, grad_w
+
+
+def bn_relu(y: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``relu(batch_norm(y))`` for ``y`` [N, C] with batch statistics: ``(z, mean, biased var, invstd)``."""
+    n, c = y.shape
+    z = y.new_empty(n, c)
+    mean, var, invstd = (y.new_empty(c) for _ in range(3))
+    library().dws_bn_relu_forward(n, c, y.data_ptr(), gamma.data_ptr(), beta.data_ptr(), eps, z.data_ptr(),
+                                  mean.data_ptr(), var.data_ptr(), invstd.data_ptr(), torch.get_num_threads())
+    return z, mean, var, invstd
+
+
+def bn_relu_backward(y: Tensor, grad_z: Tensor, gamma: Tensor, beta: Tensor, mean: Tensor,
+                     invstd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of :func:`bn_relu` for ``y``, ``gamma`` and ``beta``."""
+    n, c = y.shape
+    grad_z = grad_z.contiguous()
+    grad_y, grad_gamma, grad_beta = y.new_empty(n, c), gamma.new_empty(c), gamma.new_empty(c)
+    library().dws_bn_relu_backward(n, c, y.data_ptr(), grad_z.data_ptr(), gamma.data_ptr(), beta.data_ptr(),
+                                   mean.data_ptr(), invstd.data_ptr(), grad_y.data_ptr(), grad_gamma.data_ptr(),
+                                   grad_beta.data_ptr(), torch.get_num_threads())
+    return grad_y, grad_gamma, grad_beta
