@@ -14,7 +14,8 @@ import torch
 from dws import DWSNetEquivariant, DWSNetInvariant
 from dws.nn import WSBatchNorm, native
 from dws.nn.bn_relu import native_applies
-from dws.nn.identity import MatmulAndMaxPools, _native_applies
+from dws.nn.identity import MatmulAndMaxPools
+from dws.nn.native_pools import applies as _native_applies
 from dws_helpers import random_ws
 
 needs_native = pytest.mark.skipif(native.library() is None, reason="native DWS kernels not buildable here")

@@ -18,44 +18,49 @@ Tensor = torch.Tensor
 
 
 class BatchNormReLU(torch.autograd.Function):
-    """``BatchNormReLU.apply(y, gamma, beta, eps)`` -> ``(relu(batch_norm(y)), mean, biased var)``;
-    the statistics are outputs without gradient (for the running statistics)."""
+    """``BatchNormReLU.apply(y, row, col, gamma, beta, eps, running)`` -> ``relu(batch_norm(v))`` for
+    ``v = y`` or ``y + row + col``, updating ``running`` (see :func:`dws.nn.native.bn_relu`)."""
 
     @staticmethod
-    def forward(ctx, y: Tensor, gamma: Tensor, beta: Tensor, eps: float):
-        z, mean, var, invstd = native.bn_relu(y, gamma.detach(), beta.detach(), eps)
-        ctx.save_for_backward(y, gamma, beta, mean, invstd)
-        ctx.mark_non_differentiable(mean, var)
-        return z, mean, var
+    def forward(ctx, y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Tensor, beta: Tensor, eps: float,
+                running):
+        z, mean, invstd = native.bn_relu(y, row, col, gamma.detach(), beta.detach(), eps, running)
+        ctx.save_for_backward(y, row, col, gamma, beta, mean, invstd)
+        return z
 
     @staticmethod
-    def backward(ctx, grad_z: Tensor, _grad_mean, _grad_var):
-        y, gamma, beta, mean, invstd = ctx.saved_tensors
-        grad_y, grad_gamma, grad_beta = native.bn_relu_backward(y, grad_z, gamma.detach(), beta.detach(), mean, invstd)
-        return grad_y, grad_gamma, grad_beta, None
+    def backward(ctx, grad_z: Tensor):
+        y, row, col, gamma, beta, mean, invstd = ctx.saved_tensors
+        grads = native.bn_relu_backward(y, row, col, grad_z, gamma.detach(), beta.detach(), mean, invstd)
+        return (*grads, None, None)
 
 
-def native_applies(bn: nn.BatchNorm1d, flat: Tensor) -> bool:
-    """Whether :func:`bn_relu_train` can replace ``relu(bn(flat))``: training mode with batch
-    statistics, affine, at least two rows, and what the native kernels take."""
+def native_applies(bn: nn.BatchNorm1d, y: Tensor, *terms: Tensor | None) -> bool:
+    """Whether :func:`bn_relu_train` can replace ``relu(bn(v))`` for ``v = y`` (``[N, C]``) or
+    ``y + row + col`` (``y`` ``[B, H, W, C]``, ``terms`` its row and column terms): training mode
+    with batch statistics, affine, at least two rows, and what the native kernels take."""
+    rows = y.numel() // max(y.shape[-1], 1)
+    present = [t for t in terms if t is not None]
     return (
-        bn.training and bn.affine and flat.shape[0] >= 2 and flat.dim() == 2
-        and native.usable(flat, bn.weight, bn.bias, channels=(flat.shape[1],))
+        bn.training and bn.affine and rows >= 2 and y.dim() == (4 if terms else 2)
+        and native.usable(y, bn.weight, bn.bias, *present, *_buffers(bn), channels=(y.shape[-1],))
     )
 
 
-def bn_relu_train(bn: nn.BatchNorm1d, flat: Tensor) -> Tensor:
-    """``relu(bn(flat))`` for ``bn`` in training mode, updating its running statistics as
+def _buffers(bn: nn.BatchNorm1d) -> list[Tensor]:
+    return [t for t in (bn.running_mean, bn.running_var) if t is not None]
+
+
+def bn_relu_train(bn: nn.BatchNorm1d, y: Tensor, row: Tensor | None = None, col: Tensor | None = None) -> Tensor:
+    """``relu(bn(v))`` over the channels (last axis) of ``v = y`` or ``y + row + col`` (see
+    :func:`dws.nn.native.bn_relu`) for ``bn`` in training mode, updating its running statistics as
     ``nn.BatchNorm1d.forward`` does (momentum, or a cumulative average when it is None)."""
-    z, mean, var = BatchNormReLU.apply(flat, bn.weight, bn.bias, bn.eps)
+    running = None
     if bn.track_running_stats and bn.running_mean is not None:
-        with torch.no_grad():
-            factor = 0.0 if bn.momentum is None else bn.momentum
-            if bn.num_batches_tracked is not None:
-                bn.num_batches_tracked.add_(1)
-                if bn.momentum is None:
-                    factor = 1.0 / float(bn.num_batches_tracked)
-            n = flat.shape[0]
-            bn.running_mean.mul_(1 - factor).add_(mean, alpha=factor)
-            bn.running_var.mul_(1 - factor).add_(var, alpha=factor * n / (n - 1))
-    return z
+        factor = 0.0 if bn.momentum is None else bn.momentum
+        if bn.num_batches_tracked is not None:
+            bn.num_batches_tracked.add_(1)
+            if bn.momentum is None:
+                factor = 1.0 / float(bn.num_batches_tracked)
+        running = (bn.running_mean, bn.running_var, factor)
+    return BatchNormReLU.apply(y, row, col, bn.weight, bn.bias, bn.eps, running)

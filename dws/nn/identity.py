@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from dws.nn import native
+from dws.nn import native_pools
 from dws.nn.matmul import input_grad, product, uses_onednn, weight_grad
 from dws.nn.pooling import add_pool_grads_, max_pools
 
@@ -29,9 +29,9 @@ class MatmulAndMaxPools(torch.autograd.Function):
     def forward(ctx, x: Tensor, weight: Tensor, *dims_list: tuple[int, ...]):
         ctx.set_materialize_grads(False)
         ctx.num_pools = len(dims_list)
-        ctx.native = _native_applies(x, weight, dims_list)
+        ctx.native = native_pools.applies(x, weight, dims_list)
         if ctx.native:
-            return _NativeForm.forward(ctx, x, weight, dims_list)
+            return native_pools.forward(ctx, x, weight, dims_list)
         onednn = uses_onednn(x, weight)
         pools, positions = max_pools(x, dims_list)
         ctx.save_for_backward(x, weight, *positions)
@@ -41,7 +41,7 @@ class MatmulAndMaxPools(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y: Tensor | None, *grad_pools: Tensor | None):
         if ctx.native:
-            return _NativeForm.backward(ctx, grad_y, grad_pools)
+            return native_pools.backward(ctx, grad_y, grad_pools) + (None,) * ctx.num_pools
         x, weight, *positions = ctx.saved_tensors
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:
@@ -49,38 +49,4 @@ class MatmulAndMaxPools(torch.autograd.Function):
             add_pool_grads_(grad_x, positions, grad_pools)
         if ctx.needs_input_grad[1] and grad_y is not None:
             grad_w = weight_grad(x, grad_y)
-        return (grad_x, grad_w) + (None,) * ctx.num_pools
-
-
-def _native_applies(x: Tensor, weight: Tensor, dims_list) -> bool:
-    """A ``[B, H, W, C]`` input pooled over H and/or W, on tensors the native kernels take."""
-    return (
-        x.dim() == 4 and len(dims_list) >= 1 and len(set(dims_list)) == len(dims_list)
-        and all(d in ((1,), (2,)) for d in dims_list)
-        and native.usable(x, weight, channels=(x.shape[-1], weight.shape[-1]))
-    )
-
-
-class _NativeForm:
-    """The node's native path (:mod:`dws.nn.native`): the pools and the product one network at a
-    time; backward, both gradients and the pools' scatter likewise."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, dims_list):
-        rows, columns = (2,) in dims_list, (1,) in dims_list  # dim 2 = W: one max per row
-        y, row, col = native.pools_product(x, weight, rows, columns)
-        saved = [x, weight] + ([row[1]] if rows else []) + ([col[1]] if columns else [])
-        ctx.save_for_backward(*saved)
-        ctx.dims_list = dims_list
-        return (y, *((row if d == (2,) else col)[0] for d in dims_list))
-
-    @staticmethod
-    def backward(ctx, grad_y: Tensor | None, grad_pools):
-        x, weight, *args = ctx.saved_tensors
-        grads = dict(zip(ctx.dims_list, grad_pools))
-        arg = dict(zip([d for d in ((2,), (1,)) if d in ctx.dims_list], args))
-        row = (grads[(2,)], arg[(2,)]) if (2,) in arg else None
-        col = (grads[(1,)], arg[(1,)]) if (1,) in arg else None
-        grad_x, grad_w = native.pools_product_backward(
-            x, weight, grad_y, row, col, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
         return (grad_x, grad_w) + (None,) * ctx.num_pools

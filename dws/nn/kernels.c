@@ -6,7 +6,8 @@
  *     the network's [H, W, C] block stays in the core's L2 cache between the pools, the product
  *     and (backward) the input gradient, the weight gradient and the pools' scatter;
  *   - batch norm (training mode, batch statistics) followed by ReLU over [N, C]
- *     (dws.nn.bn_relu), forward and backward, two passes each way.
+ *     (dws.nn.bn_relu), forward and backward, two passes each way, with the DWS layer's row and
+ *     column broadcast terms of a hidden weight added on the fly.
  * Layout: float32, C-contiguous, channels last. Requirement (checked by the caller): every
  * channel count a multiple of 8. Loops are parallel with OpenMP; loaded into a PyTorch process the
  * library resolves libgomp to PyTorch's copy, so it runs on PyTorch's own thread pool.
@@ -20,7 +21,7 @@
 #define INLINE static inline __attribute__((always_inline))
 #define ROW_BLOCK 64     /* rows per block of the backward's two products (x and dy blocks in L1) */
 #define STATS_BLOCK 256  /* rows per float partial sum before it is added into a double */
-#define MAX_VECTORS 6    /* channel vectors held in registers by the per-channel sums */
+#define MAX_VECTORS 6    /* channel vectors held in registers by the pools and the per-channel sums */
 
 /* ---- y [rows, n] = x [rows, kd] @ w [kd, n], row-major, n a multiple of 8: 4 x 24 register tiles
  * (12 sums for 4 broadcasts and 3 loads per k), then 16 and 8 columns, then single rows */
@@ -117,53 +118,70 @@ INLINE __m256i blend_index(__m256i index, int candidate, __m256 mask) {
         _mm256_blendv_ps(_mm256_castsi256_ps(index), _mm256_castsi256_ps(_mm256_set1_epi32(candidate)), mask));
 }
 
-static void row_pools(int h, int w, int c, const float *x, float *out, int32_t *arg) {
-    for (int i = 0; i < h; i++)
-        for (int ch = 0; ch < c; ch += 8) {
-            const float *xi = x + (ptrdiff_t)i * w * c + ch;
-            __m256 best = _mm256_loadu_ps(xi);
-            __m256i where = _mm256_setzero_si256();
-            for (int j = 1; j < w; j++) {
-                __m256 v = _mm256_loadu_ps(xi + (ptrdiff_t)j * c), m = replaces(v, best);
-                best = _mm256_blendv_ps(best, v, m);
-                where = blend_index(where, j, m);
-            }
-            _mm256_storeu_ps(out + (ptrdiff_t)i * c + ch, best);
-            _mm256_storeu_si256((__m256i *)(arg + (ptrdiff_t)i * c + ch), where);
+/* out, arg [8 nv] = max and index of max over count blocks of 8 nv floats, `stride` floats apart */
+INLINE void pool_run(int nv, int count, ptrdiff_t stride, const float *x, float *out, int32_t *arg) {
+    __m256 best[MAX_VECTORS];
+    __m256i where[MAX_VECTORS];
+#pragma GCC unroll 6
+    for (int v = 0; v < nv; v++) {
+        best[v] = _mm256_loadu_ps(x + 8 * v);
+        where[v] = _mm256_setzero_si256();
+    }
+    for (int k = 1; k < count; k++) {
+#pragma GCC unroll 6
+        for (int v = 0; v < nv; v++) {
+            __m256 value = _mm256_loadu_ps(x + k * stride + 8 * v), m = replaces(value, best[v]);
+            best[v] = _mm256_blendv_ps(best[v], value, m);
+            where[v] = blend_index(where[v], k, m);
         }
+    }
+#pragma GCC unroll 6
+    for (int v = 0; v < nv; v++) {
+        _mm256_storeu_ps(out + 8 * v, best[v]);
+        _mm256_storeu_si256((__m256i *)(arg + 8 * v), where[v]);
+    }
 }
 
-static void column_pools(int h, int w, int c, const float *x, float *out, int32_t *arg) {
-    memcpy(out, x, sizeof(float) * w * c);
-    memset(arg, 0, sizeof(int32_t) * w * c);
-    for (int i = 1; i < h; i++)
-        for (ptrdiff_t k = 0; k < (ptrdiff_t)w * c; k += 8) {
-            __m256 v = _mm256_loadu_ps(x + (ptrdiff_t)i * w * c + k), best = _mm256_loadu_ps(out + k);
-            __m256 m = replaces(v, best);
-            _mm256_storeu_ps(out + k, _mm256_blendv_ps(best, v, m));
-            __m256i where = _mm256_loadu_si256((const __m256i *)(arg + k));
-            _mm256_storeu_si256((__m256i *)(arg + k), blend_index(where, i, m));
+/* pool_run over `count` blocks for each of `runs` positions (`step` floats apart) and all c channels:
+ * the row pools (runs = h, over w) or the column pools (runs = w, over h) of one network */
+static void pools(int runs, ptrdiff_t step, int count, ptrdiff_t stride, int c, const float *x, float *out,
+                  int32_t *arg) {
+    for (int r = 0; r < runs; r++)
+        for (int ch = 0; ch < c; ch += 8 * MAX_VECTORS) {
+            const float *xr = x + r * step + ch;
+            float *o = out + (ptrdiff_t)r * c + ch;
+            int32_t *a = arg + (ptrdiff_t)r * c + ch;
+            switch ((c - ch) / 8 < MAX_VECTORS ? (c - ch) / 8 : MAX_VECTORS) {
+                case 6: pool_run(6, count, stride, xr, o, a); break;
+                case 5: pool_run(5, count, stride, xr, o, a); break;
+                case 4: pool_run(4, count, stride, xr, o, a); break;
+                case 3: pool_run(3, count, stride, xr, o, a); break;
+                case 2: pool_run(2, count, stride, xr, o, a); break;
+                case 1: pool_run(1, count, stride, xr, o, a); break;
+            }
         }
 }
 
 /* forward: for each network b, the pools of x[b] ([h, w, ci]; either pool may be skipped with NULL)
- * and y[b] = x[b] @ weight ([ci, co]) */
+ * and y[b] = x[b] @ weight ([ci, co]; skipped when y is NULL: the pools alone) */
 void dws_pools_product(int networks, int h, int w, int ci, int co, const float *x, const float *weight,
                        float *y, float *row_max, int32_t *row_arg, float *col_max, int32_t *col_arg, int threads) {
     const ptrdiff_t cells = (ptrdiff_t)h * w;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int b = 0; b < networks; b++) {
         const float *xb = x + b * cells * ci;
-        if (row_max) row_pools(h, w, ci, xb, row_max + (ptrdiff_t)b * h * ci, row_arg + (ptrdiff_t)b * h * ci);
-        if (col_max) column_pools(h, w, ci, xb, col_max + (ptrdiff_t)b * w * ci, col_arg + (ptrdiff_t)b * w * ci);
-        matmul((int)cells, ci, co, xb, weight, y + b * cells * co);
+        if (row_max) /* over w, for each row i */
+            pools(h, (ptrdiff_t)w * ci, w, ci, ci, xb, row_max + (ptrdiff_t)b * h * ci, row_arg + (ptrdiff_t)b * h * ci);
+        if (col_max) /* over h, for each column j */
+            pools(w, ci, h, (ptrdiff_t)w * ci, ci, xb, col_max + (ptrdiff_t)b * w * ci, col_arg + (ptrdiff_t)b * w * ci);
+        if (y) matmul((int)cells, ci, co, xb, weight, y + b * cells * co);
     }
 }
 
 /* backward: grad_x[b] = grad_y[b] @ weight^T (weight_t is [co, ci]) plus each pool's gradient at
  * its maximum; grad_weight = sum_b x[b]^T @ grad_y[b] (float sums per network, double across
- * networks). grad_y may be NULL (only the pools received gradients); grad_x or grad_weight may be
- * NULL (not wanted). */
+ * networks). grad_y may be NULL (only the pools received gradients; then weight_t and x may be
+ * NULL too); grad_x or grad_weight may be NULL (not wanted). */
 void dws_pools_product_backward(int networks, int h, int w, int ci, int co, const float *x, const float *weight_t,
                                 const float *grad_y, const float *grad_row, const int32_t *row_arg,
                                 const float *grad_col, const int32_t *col_arg, float *grad_x, float *grad_weight,
@@ -177,7 +195,7 @@ void dws_pools_product_backward(int networks, int h, int w, int ci, int co, cons
         double *sum = want_weight ? calloc(size, sizeof(double)) : NULL;
 #pragma omp for schedule(static)
         for (int b = 0; b < networks; b++) {
-            const float *xb = x + b * cells * ci, *gb = grad_y ? grad_y + b * cells * co : NULL;
+            const float *xb = x ? x + b * cells * ci : NULL, *gb = grad_y ? grad_y + b * cells * co : NULL;
             float *gxb = grad_x ? grad_x + b * cells * ci : NULL;
             if (local) memset(local, 0, sizeof(float) * size);
             if (gb) {
@@ -217,15 +235,44 @@ void dws_pools_product_backward(int networks, int h, int w, int ci, int co, cons
     }
 }
 
-/* ---- batch norm + ReLU over y [n, c]: u = y * scale + shift (scale = gamma / std, shift = beta -
- * mean * scale), z = max(u, 0). Per-channel sums run over blocks of rows in float vectors, then are
- * added into doubles; channels go MAX_VECTORS vectors at a time so the sums stay in registers. */
+/* ---- batch norm + ReLU: z = max(u, 0), u = v * scale + shift (scale = gamma / std, shift = beta -
+ * mean * scale), over the entries v of a [rows, c] input. The input may come as a sum
+ * v = y + row term + column term: y [networks, h, w, c] (a hidden weight's product) and the
+ * broadcast terms row [networks, h, c] and col [networks, w, c] (either may be NULL) that the DWS
+ * layer would otherwise add into y with two more passes; the backward then also returns their
+ * gradients (sums of grad_v over w and over h). A plain [n, c] input is networks = n, h = w = 1
+ * without terms. Per-channel sums run over blocks in float vectors, then are added into doubles;
+ * channels go MAX_VECTORS vectors at a time so the sums stay in registers. */
+typedef struct {
+    int networks, h, w, c;
+    const float *y, *row, *col;
+} Input;
+
+INLINE ptrdiff_t input_rows(const Input *in) { return (ptrdiff_t)in->networks * in->h * in->w; }
+
+/* blocks of whole groups of w rows (one network per block when there is a column term, so that
+ * its column sums stay in one thread); returns the number of groups ((network, i) pairs) per block */
+INLINE ptrdiff_t groups_per_block(const Input *in) {
+    if (in->col) return in->h;
+    ptrdiff_t g = STATS_BLOCK / in->w;
+    return g > 0 ? g : 1;
+}
+
+/* v at group g (= network * h + i), column j, channels ch..ch+7 */
+INLINE __m256 input_value(const Input *in, ptrdiff_t g, int j, int ch) {
+    __m256 v = _mm256_loadu_ps(in->y + (g * in->w + j) * in->c + ch);
+    if (in->row) v = _mm256_add_ps(v, _mm256_loadu_ps(in->row + g * in->c + ch));
+    if (in->col) v = _mm256_add_ps(v, _mm256_loadu_ps(in->col + ((g / in->h) * in->w + j) * in->c + ch));
+    return v;
+}
+
 enum { SUMS_MOMENTS, SUMS_BACKWARD };
 
-/* for rows [r0, r1) and channel vectors [ch, ch + 8 nv): MOMENTS adds sum(y - ref) and
- * sum((y - ref)^2); BACKWARD adds sum(gu) and sum(gu (y - ref)), gu = gz where u > 0 else 0 */
-INLINE void channel_sums(int kind, int nv, ptrdiff_t r0, ptrdiff_t r1, int c, int ch, const float *y,
-                         const float *gz, const float *ref, const float *scale, const float *shift, double *out) {
+/* over groups [g0, g1) and channel vectors [ch, ch + 8 nv): MOMENTS adds sum(v - ref) and
+ * sum((v - ref)^2); BACKWARD adds sum(gu) and sum(gu (v - ref)), gu = gz where u > 0 else 0 */
+INLINE void channel_sums(int kind, int nv, const Input *in, ptrdiff_t g0, ptrdiff_t g1, int ch, const float *gz,
+                         const float *ref, const float *scale, const float *shift, double *out) {
+    const int c = in->c;
     __m256 s1[MAX_VECTORS], s2[MAX_VECTORS], rv[MAX_VECTORS], sc[MAX_VECTORS], sh[MAX_VECTORS];
 #pragma GCC unroll 6
     for (int v = 0; v < nv; v++) {
@@ -236,22 +283,23 @@ INLINE void channel_sums(int kind, int nv, ptrdiff_t r0, ptrdiff_t r1, int c, in
             sh[v] = _mm256_loadu_ps(shift + ch + 8 * v);
         }
     }
-    for (ptrdiff_t r = r0; r < r1; r++) {
+    for (ptrdiff_t g = g0; g < g1; g++)
+        for (int j = 0; j < in->w; j++) {
 #pragma GCC unroll 6
-        for (int v = 0; v < nv; v++) {
-            __m256 yv = _mm256_loadu_ps(y + r * c + ch + 8 * v), d = _mm256_sub_ps(yv, rv[v]);
-            if (kind == SUMS_MOMENTS) {
-                s1[v] = _mm256_add_ps(s1[v], d);
-                s2[v] = _mm256_fmadd_ps(d, d, s2[v]);
-            } else {
-                __m256 u = _mm256_fmadd_ps(yv, sc[v], sh[v]);
-                __m256 gu = _mm256_and_ps(_mm256_loadu_ps(gz + r * c + ch + 8 * v),
-                                          _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ));
-                s1[v] = _mm256_add_ps(s1[v], gu);
-                s2[v] = _mm256_fmadd_ps(gu, d, s2[v]);
+            for (int v = 0; v < nv; v++) {
+                __m256 x = input_value(in, g, j, ch + 8 * v), d = _mm256_sub_ps(x, rv[v]);
+                if (kind == SUMS_MOMENTS) {
+                    s1[v] = _mm256_add_ps(s1[v], d);
+                    s2[v] = _mm256_fmadd_ps(d, d, s2[v]);
+                } else {
+                    __m256 u = _mm256_fmadd_ps(x, sc[v], sh[v]);
+                    __m256 gu = _mm256_and_ps(_mm256_loadu_ps(gz + (g * in->w + j) * c + ch + 8 * v),
+                                              _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ));
+                    s1[v] = _mm256_add_ps(s1[v], gu);
+                    s2[v] = _mm256_fmadd_ps(gu, d, s2[v]);
+                }
             }
         }
-    }
     for (int v = 0; v < nv; v++) {
         float a[8], b[8];
         _mm256_storeu_ps(a, s1[v]);
@@ -263,21 +311,23 @@ INLINE void channel_sums(int kind, int nv, ptrdiff_t r0, ptrdiff_t r1, int c, in
     }
 }
 
-/* out [2c] = the two per-channel sums of `kind` over all n rows (see channel_sums) */
-static void all_channel_sums(int kind, ptrdiff_t n, int c, const float *y, const float *gz, const float *ref,
-                             const float *scale, const float *shift, double *out, int threads) {
+/* out [2c] = the two per-channel sums of `kind` over the whole input (see channel_sums) */
+static void all_channel_sums(int kind, const Input *in, const float *gz, const float *ref, const float *scale,
+                             const float *shift, double *out, int threads) {
+    const int c = in->c;
+    const ptrdiff_t groups = (ptrdiff_t)in->networks * in->h, block = groups_per_block(in);
     memset(out, 0, sizeof(double) * 2 * c);
 #pragma omp parallel num_threads(threads)
     {
         double *part = calloc(2 * (size_t)c, sizeof(double));
 #pragma omp for schedule(static)
-        for (ptrdiff_t r0 = 0; r0 < n; r0 += STATS_BLOCK) {
-            ptrdiff_t r1 = r0 + STATS_BLOCK < n ? r0 + STATS_BLOCK : n;
+        for (ptrdiff_t g0 = 0; g0 < groups; g0 += block) {
+            ptrdiff_t g1 = g0 + block < groups ? g0 + block : groups;
             for (int ch = 0; ch < c; ch += 8 * MAX_VECTORS) {
                 switch ((c - ch) / 8 < MAX_VECTORS ? (c - ch) / 8 : MAX_VECTORS) {
 #define SUMS_CASE(NV) case NV: \
-    if (kind == SUMS_MOMENTS) channel_sums(SUMS_MOMENTS, NV, r0, r1, c, ch, y, gz, ref, scale, shift, part); \
-    else channel_sums(SUMS_BACKWARD, NV, r0, r1, c, ch, y, gz, ref, scale, shift, part); \
+    if (kind == SUMS_MOMENTS) channel_sums(SUMS_MOMENTS, NV, in, g0, g1, ch, gz, ref, scale, shift, part); \
+    else channel_sums(SUMS_BACKWARD, NV, in, g0, g1, ch, gz, ref, scale, shift, part); \
     break;
                     SUMS_CASE(6) SUMS_CASE(5) SUMS_CASE(4) SUMS_CASE(3) SUMS_CASE(2) SUMS_CASE(1)
 #undef SUMS_CASE
@@ -290,40 +340,57 @@ static void all_channel_sums(int kind, ptrdiff_t n, int c, const float *y, const
     }
 }
 
-/* forward: batch statistics of y [n, c] (n >= 2), z = relu(batch_norm(y)); mean, var (biased) and
- * invstd are returned per channel for the caller's running statistics and the backward */
-void dws_bn_relu_forward(ptrdiff_t n, int c, const float *y, const float *gamma, const float *beta, float eps,
-                         float *z, float *mean, float *var, float *invstd, int threads) {
+/* forward: batch statistics of the input (at least 2 rows), z [rows, c] = relu(batch_norm(v));
+ * mean and invstd are returned per channel for the backward. Where running_mean is not NULL, the
+ * running statistics are updated as nn.BatchNorm1d does: r = (1 - factor) r + factor s, with the
+ * unbiased variance. */
+void dws_bn_relu_forward(int networks, int h, int w, int c, const float *y, const float *row, const float *col,
+                         const float *gamma, const float *beta, float eps, float *z, float *mean, float *invstd,
+                         float *running_mean, float *running_var, float factor, int threads) {
+    const Input in = {networks, h, w, c, y, row, col};
+    const ptrdiff_t n = input_rows(&in), groups = (ptrdiff_t)networks * h, block = groups_per_block(&in);
     double *sums = malloc(sizeof(double) * 2 * c);
-    float *scale = malloc(sizeof(float) * c), *shift = malloc(sizeof(float) * c);
-    all_channel_sums(SUMS_MOMENTS, n, c, y, NULL, y, NULL, NULL, sums, threads); /* centred on row 0 */
+    float *ref = malloc(sizeof(float) * c), *scale = malloc(sizeof(float) * c), *shift = malloc(sizeof(float) * c);
+    for (int ch = 0; ch < c; ch += 8) _mm256_storeu_ps(ref + ch, input_value(&in, 0, 0, ch));
+    all_channel_sums(SUMS_MOMENTS, &in, NULL, ref, NULL, NULL, sums, threads); /* centred on the first row */
     for (int k = 0; k < c; k++) {
         double m = sums[k] / n, v = sums[c + k] / n - m * m;
-        mean[k] = (float)(y[k] + m);
-        var[k] = (float)(v > 0 ? v : 0);
-        invstd[k] = (float)(1.0 / __builtin_sqrt((v > 0 ? v : 0) + eps));
+        v = v > 0 ? v : 0;
+        mean[k] = (float)(ref[k] + m);
+        invstd[k] = (float)(1.0 / __builtin_sqrt(v + eps));
         scale[k] = gamma[k] * invstd[k];
         shift[k] = beta[k] - mean[k] * scale[k];
+        if (running_mean) {
+            running_mean[k] = (1 - factor) * running_mean[k] + factor * mean[k];
+            running_var[k] = (1 - factor) * running_var[k] + factor * (float)(v * n / (n - 1));
+        }
     }
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (ptrdiff_t r0 = 0; r0 < n; r0 += STATS_BLOCK) {
-        ptrdiff_t r1 = r0 + STATS_BLOCK < n ? r0 + STATS_BLOCK : n;
-        for (ptrdiff_t r = r0; r < r1; r++)
-            for (int ch = 0; ch < c; ch += 8) {
-                __m256 u = _mm256_fmadd_ps(_mm256_loadu_ps(y + r * c + ch), _mm256_loadu_ps(scale + ch),
-                                           _mm256_loadu_ps(shift + ch));
-                _mm256_storeu_ps(z + r * c + ch, _mm256_max_ps(u, _mm256_setzero_ps()));
-            }
+    for (ptrdiff_t g0 = 0; g0 < groups; g0 += block) {
+        ptrdiff_t g1 = g0 + block < groups ? g0 + block : groups;
+        for (ptrdiff_t g = g0; g < g1; g++)
+            for (int j = 0; j < w; j++)
+                for (int ch = 0; ch < c; ch += 8) {
+                    __m256 u = _mm256_fmadd_ps(input_value(&in, g, j, ch), _mm256_loadu_ps(scale + ch),
+                                               _mm256_loadu_ps(shift + ch));
+                    _mm256_storeu_ps(z + (g * w + j) * c + ch, _mm256_max_ps(u, _mm256_setzero_ps()));
+                }
     }
     free(sums);
+    free(ref);
     free(scale);
     free(shift);
 }
 
-/* backward of the forward above, given its mean and invstd: grad_y [n, c], grad_gamma, grad_beta */
-void dws_bn_relu_backward(ptrdiff_t n, int c, const float *y, const float *grad_z, const float *gamma,
-                          const float *beta, const float *mean, const float *invstd, float *grad_y,
-                          float *grad_gamma, float *grad_beta, int threads) {
+/* backward of the forward above, given its mean and invstd: grad_y [rows, c] (the gradient of v),
+ * grad_gamma, grad_beta, and grad_row [networks, h, c] / grad_col [networks, w, c] where the
+ * forward had those terms (NULL otherwise) */
+void dws_bn_relu_backward(int networks, int h, int w, int c, const float *y, const float *row, const float *col,
+                          const float *grad_z, const float *gamma, const float *beta, const float *mean,
+                          const float *invstd, float *grad_y, float *grad_row, float *grad_col, float *grad_gamma,
+                          float *grad_beta, int threads) {
+    const Input in = {networks, h, w, c, y, row, col};
+    const ptrdiff_t n = input_rows(&in), groups = (ptrdiff_t)networks * h, block = groups_per_block(&in);
     double *sums = malloc(sizeof(double) * 2 * c);
     float *scale = malloc(sizeof(float) * c), *shift = malloc(sizeof(float) * c);
     float *a = malloc(sizeof(float) * c), *b = malloc(sizeof(float) * c);
@@ -331,26 +398,39 @@ void dws_bn_relu_backward(ptrdiff_t n, int c, const float *y, const float *grad_
         scale[k] = gamma[k] * invstd[k];
         shift[k] = beta[k] - mean[k] * scale[k];
     }
-    all_channel_sums(SUMS_BACKWARD, n, c, y, grad_z, mean, scale, shift, sums, threads);
-    for (int k = 0; k < c; k++) {  /* grad_y = scale gu - scale mean(gu) - scale yhat mean(gu yhat) */
+    all_channel_sums(SUMS_BACKWARD, &in, grad_z, mean, scale, shift, sums, threads);
+    for (int k = 0; k < c; k++) {  /* grad_v = scale gu - scale mean(gu) - scale vhat mean(gu vhat) */
         grad_beta[k] = (float)sums[k];
         grad_gamma[k] = (float)(sums[c + k] * invstd[k]);
         a[k] = (float)(scale[k] * sums[k] / n);
         b[k] = (float)(scale[k] * (double)invstd[k] * invstd[k] * sums[c + k] / n);
     }
+    if (grad_col) memset(grad_col, 0, sizeof(float) * networks * w * c);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (ptrdiff_t r0 = 0; r0 < n; r0 += STATS_BLOCK) {
-        ptrdiff_t r1 = r0 + STATS_BLOCK < n ? r0 + STATS_BLOCK : n;
-        for (ptrdiff_t r = r0; r < r1; r++)
-            for (int ch = 0; ch < c; ch += 8) {
-                __m256 yv = _mm256_loadu_ps(y + r * c + ch), sc = _mm256_loadu_ps(scale + ch);
-                __m256 u = _mm256_fmadd_ps(yv, sc, _mm256_loadu_ps(shift + ch));
-                __m256 gu = _mm256_and_ps(_mm256_loadu_ps(grad_z + r * c + ch),
-                                          _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ));
-                __m256 d = _mm256_sub_ps(yv, _mm256_loadu_ps(mean + ch));
-                __m256 g = _mm256_fmsub_ps(gu, sc, _mm256_loadu_ps(a + ch));
-                _mm256_storeu_ps(grad_y + r * c + ch, _mm256_fnmadd_ps(d, _mm256_loadu_ps(b + ch), g));
-            }
+    for (ptrdiff_t g0 = 0; g0 < groups; g0 += block) {
+        ptrdiff_t g1 = g0 + block < groups ? g0 + block : groups;
+        for (ptrdiff_t g = g0; g < g1; g++) {
+            if (grad_row) memset(grad_row + g * c, 0, sizeof(float) * c);
+            for (int j = 0; j < w; j++)
+                for (int ch = 0; ch < c; ch += 8) {
+                    __m256 x = input_value(&in, g, j, ch), sc = _mm256_loadu_ps(scale + ch);
+                    __m256 u = _mm256_fmadd_ps(x, sc, _mm256_loadu_ps(shift + ch));
+                    ptrdiff_t at = (g * w + j) * c + ch;
+                    __m256 gu = _mm256_and_ps(_mm256_loadu_ps(grad_z + at),
+                                              _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ));
+                    __m256 d = _mm256_sub_ps(x, _mm256_loadu_ps(mean + ch));
+                    __m256 gv = _mm256_fnmadd_ps(d, _mm256_loadu_ps(b + ch), _mm256_fmsub_ps(gu, sc, _mm256_loadu_ps(a + ch)));
+                    _mm256_storeu_ps(grad_y + at, gv);
+                    if (grad_row) {
+                        float *o = grad_row + g * c + ch;
+                        _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), gv));
+                    }
+                    if (grad_col) {
+                        float *o = grad_col + ((g / h) * w + j) * c + ch;
+                        _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), gv));
+                    }
+                }
+        }
     }
     free(sums);
     free(scale);

@@ -23,6 +23,7 @@ from dws.nn.blocks import block_classes
 from dws.nn.init import scaled_xavier_normal_
 from dws.nn.layout import from_features
 from dws.nn.matmul import mix_channels
+from dws.nn.pending import PendingSum
 from dws.nn.identity import MatmulAndMaxPools
 from dws.nn.pooling import PooledInputs, check_pool, direct_pools
 from dws.nn.structure import PoolGroup, Slot, make_groups, make_slots
@@ -127,6 +128,13 @@ class DWSLayer(nn.Module):
 
     # -------------------------------------------------------------------- forward
     def forward(self, ws: WeightSpace) -> WeightSpace:
+        weights, biases = self.forward_parts(ws, pending=False)
+        return WeightSpace(tuple(weights), tuple(biases))
+
+    def forward_parts(self, ws: WeightSpace, pending: bool = True) -> tuple[list, list]:
+        """The output's weights and biases; with ``pending``, a tensor that is a fresh product plus
+        broadcast terms comes as a :class:`~dws.nn.pending.PendingSum` (for a module that adds the
+        terms on the fly, see :class:`dws.nn.models.EquivariantStack`)."""
         ws = prepare_input(ws, self.widths, self.in_channels, type(self).__name__)
         pooled = PooledInputs(dict(zip(self.slots, ws.weights + ws.biases)), self.pool)
         products: dict[int, Tensor] = {}
@@ -149,17 +157,18 @@ class DWSLayer(nn.Module):
                 parts = y.split([s.free_size * self.out_channels for s in group.members], dim=-1)
             for s, part in zip(group.members, parts):
                 terms[s].append(from_features(part, s, group.kept, self.widths))
-        out = [self._assemble(s, terms[s], ws.batch_size) for s in self.slots]
+        out = [self._assemble(s, terms[s], ws.batch_size, pending) for s in self.slots]
         M = len(self.widths) - 1
-        return WeightSpace(tuple(out[:M]), tuple(out[M:]))
+        return out[:M], out[M:]
 
-    def _assemble(self, slot: Slot, terms: list[Tensor], batch_size: int) -> Tensor:
+    def _assemble(self, slot: Slot, terms: list[Tensor], batch_size: int, pending: bool) -> Tensor | PendingSum:
         """Sum a slot's broadcast terms with as few full-size passes as possible.
 
         Terms whose shapes nest (e.g. the global pool term and the bias into a row term) are summed
         while small; what is left is added **in place** into the full-size term when there is one
         that this layer owns (a fresh matmul output: the channel-mixing identity term), so e.g. a
-        hidden weight's output costs its matmul plus one pass per broadcast direction.
+        hidden weight's output costs its matmul plus one pass per broadcast direction (none with
+        ``pending``: the full-size term and the rest come back as a :class:`PendingSum`).
         """
         shape = (batch_size, *(self.widths[a] for a in slot.axes), self.out_channels)
         if self.slot_bias is not None:
@@ -169,9 +178,8 @@ class DWSLayer(nn.Module):
         full = next((t for t in terms if tuple(t.shape) == shape and _owned(t)), None)
         small = _fold_nested(sorted((t for t in terms if t is not full), key=Tensor.numel))
         if full is not None:
-            for t in small:
-                full.add_(t)
-            return full
+            summed = PendingSum(full, small)
+            return summed if pending and small else summed.resolve()
         acc = small[0]
         for t in small[1:]:
             acc = acc.add_(t) if tuple(acc.shape) == shape and acc is not small[0] else acc + t

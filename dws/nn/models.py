@@ -9,7 +9,7 @@ from torch import nn
 
 from dws.nn.invariant import DWSInvariantLayer
 from dws.nn.layer import DWSLayer
-from dws.nn.pointwise import activation_block
+from dws.nn.pointwise import WSBatchNorm, activation_block
 from dws.nn.reduction import FreeAxisLinear
 from dws.weightspace import WeightSpace
 
@@ -38,10 +38,31 @@ def channel_list(hidden_channels: int | Sequence[int], num_layers: int) -> list[
     return channels
 
 
+class EquivariantStack(nn.Sequential):
+    """DWS layers and the modules after them, in order. A DWS layer followed by batch norm + ReLU
+    hands it its outputs before the broadcast terms are added (:meth:`DWSLayer.forward_parts`), so
+    the batch norm adds them on the fly where it can (:mod:`dws.nn.pending`): two full-size passes
+    fewer each way for every weight between two hidden layers. Same modules and state dict as an
+    ``nn.Sequential`` of them."""
+
+    def forward(self, ws: WeightSpace) -> WeightSpace:
+        mods = list(self)
+        i = 0
+        while i < len(mods):
+            layer, after = mods[i], mods[i + 1] if i + 1 < len(mods) else None
+            if isinstance(layer, DWSLayer) and isinstance(after, WSBatchNorm) and after.relu:
+                ws = after.forward_parts(*layer.forward_parts(ws))
+                i += 2
+            else:
+                ws = layer(ws)
+                i += 1
+        return ws
+
+
 def equivariant_stack(
     widths: Sequence[int], channels: Sequence[int], *, pool: str, blocks: str, bn: bool, dropout: float,
     activate_last: bool, last_init_scale: float = 1.0,
-) -> nn.Sequential:
+) -> EquivariantStack:
     """DWS layers ``channels[0] -> channels[1] -> ...``, each followed by [BN,] ReLU[, dropout]
     (the last one only if ``activate_last``)."""
     M = len(widths) - 1
@@ -55,7 +76,7 @@ def equivariant_stack(
         )
         if not last or activate_last:
             mods += activation_block(M, channels[k + 1], bn, dropout)
-    return nn.Sequential(*mods)
+    return EquivariantStack(*mods)
 
 
 def _reducer(widths: tuple[int, ...], target: tuple[int, ...]) -> nn.Module:

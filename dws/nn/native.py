@@ -29,7 +29,7 @@ Tensor = torch.Tensor
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = [*cbuild.BASE_FLAGS, "-fopenmp"]
 
-_int, _ptr, _float, _size = ctypes.c_int, ctypes.c_void_p, ctypes.c_float, ctypes.c_ssize_t
+_int, _ptr, _float = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
 
 
 @functools.cache
@@ -40,8 +40,8 @@ def library() -> ctypes.CDLL | None:
         return None
     lib.dws_pools_product.argtypes = [_int] * 5 + [_ptr] * 7 + [_int]
     lib.dws_pools_product_backward.argtypes = [_int] * 5 + [_ptr] * 9 + [_int]
-    lib.dws_bn_relu_forward.argtypes = [_size, _int, _ptr, _ptr, _ptr, _float] + [_ptr] * 4 + [_int]
-    lib.dws_bn_relu_backward.argtypes = [_size, _int] + [_ptr] * 9 + [_int]
+    lib.dws_bn_relu_forward.argtypes = [_int] * 4 + [_ptr] * 5 + [_float] + [_ptr] * 5 + [_float, _int]
+    lib.dws_bn_relu_backward.argtypes = [_int] * 4 + [_ptr] * 13 + [_int]
     for fn in (lib.dws_pools_product, lib.dws_pools_product_backward, lib.dws_bn_relu_forward,
                lib.dws_bn_relu_backward):
         fn.restype = None
@@ -61,55 +61,74 @@ def _ptr_of(t: Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def pools_product(x: Tensor, weight: Tensor, rows: bool, columns: bool):
+def pools_product(x: Tensor, weight: Tensor | None, rows: bool, columns: bool):
     """``x`` [B, H, W, Ci] -> ``(x @ weight, (max over W, its argmax) or None, (max over H, argmax) or None)``;
-    argmaxes are int32 indices along the pooled axis."""
+    argmaxes are int32 indices along the pooled axis. With ``weight`` None, the pools alone (the
+    product is None)."""
     B, H, W, ci = x.shape
-    y = x.new_empty(B, H, W, weight.shape[1])
+    co = 0 if weight is None else weight.shape[1]
+    y = None if weight is None else x.new_empty(B, H, W, co)
     row = (x.new_empty(B, H, ci), torch.empty(B, H, ci, dtype=torch.int32)) if rows else (None, None)
     col = (x.new_empty(B, W, ci), torch.empty(B, W, ci, dtype=torch.int32)) if columns else (None, None)
-    library().dws_pools_product(B, H, W, ci, weight.shape[1], x.data_ptr(), weight.data_ptr(), y.data_ptr(),
+    library().dws_pools_product(B, H, W, ci, co, x.data_ptr(), _ptr_of(weight), _ptr_of(y),
                                 *map(_ptr_of, row + col), torch.get_num_threads())
     return y, (row if rows else None), (col if columns else None)
 
 
-def pools_product_backward(x: Tensor, weight: Tensor, grad_y: Tensor | None, row, col, want_x: bool,
-                           want_weight: bool) -> tuple[Tensor | None, Tensor | None]:
+def pools_product_backward(x: Tensor | torch.Size, weight: Tensor | None, grad_y: Tensor | None, row, col,
+                           want_x: bool, want_weight: bool) -> tuple[Tensor | None, Tensor | None]:
     """Gradients of :func:`pools_product` for ``x`` and ``weight``; ``row``/``col`` are ``(grad, argmax)``
-    with ``grad`` None where that pool received none."""
-    B, H, W, ci = x.shape
-    co = weight.shape[1]
-    grad_x = x.new_empty(x.shape) if want_x else None
+    with ``grad`` None where that pool received none. Without ``weight`` (the pools alone), ``x`` may
+    be just its shape."""
+    shape = x if isinstance(x, torch.Size) else x.shape
+    B, H, W, ci = shape
+    co = 0 if weight is None else weight.shape[1]
+    like = next(t for t in (grad_y, *(row or ()), *(col or ()), x) if isinstance(t, Tensor) and t.is_floating_point())
+    grad_x = like.new_empty(shape) if want_x else None
     grad_w = weight.new_empty(ci, co) if want_weight and grad_y is not None else None
     # (contiguous copies are bound to names: a temporary's memory could be freed before the call)
     grad_y = None if grad_y is None else grad_y.contiguous()
-    weight_t = weight.t().contiguous()
+    weight_t = None if weight is None else weight.t().contiguous()
     (g_row, a_row), (g_col, a_col) = (row or (None, None)), (col or (None, None))
     g_row = None if g_row is None else g_row.contiguous()
     g_col = None if g_col is None else g_col.contiguous()
     library().dws_pools_product_backward(
-        B, H, W, ci, co, x.data_ptr(), weight_t.data_ptr(), _ptr_of(grad_y), _ptr_of(g_row), _ptr_of(a_row),
+        B, H, W, ci, co, None if weight is None else x.data_ptr(), _ptr_of(weight_t), _ptr_of(grad_y), _ptr_of(g_row), _ptr_of(a_row),
         _ptr_of(g_col), _ptr_of(a_col), _ptr_of(grad_x), _ptr_of(grad_w), torch.get_num_threads())
     return grad_x, grad_w
 
 
-def bn_relu(y: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``relu(batch_norm(y))`` for ``y`` [N, C] with batch statistics: ``(z, mean, biased var, invstd)``."""
-    n, c = y.shape
-    z = y.new_empty(n, c)
-    mean, var, invstd = (y.new_empty(c) for _ in range(3))
-    library().dws_bn_relu_forward(n, c, y.data_ptr(), gamma.data_ptr(), beta.data_ptr(), eps, z.data_ptr(),
-                                  mean.data_ptr(), var.data_ptr(), invstd.data_ptr(), torch.get_num_threads())
-    return z, mean, var, invstd
+def _groups(y: Tensor) -> tuple[int, int, int, int]:
+    """``(networks, h, w, c)`` of a ``[B, H, W, C]`` input, or ``(N, 1, 1, C)`` of an ``[N, C]`` one."""
+    return (*y.shape[:3], y.shape[3]) if y.dim() == 4 else (y.shape[0], 1, 1, y.shape[1])
 
 
-def bn_relu_backward(y: Tensor, grad_z: Tensor, gamma: Tensor, beta: Tensor, mean: Tensor,
-                     invstd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Gradients of :func:`bn_relu` for ``y``, ``gamma`` and ``beta``."""
-    n, c = y.shape
+def bn_relu(y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Tensor, beta: Tensor, eps: float,
+            running: tuple[Tensor, Tensor, float] | None) -> tuple[Tensor, Tensor, Tensor]:
+    """``relu(batch_norm(v))`` with batch statistics over the channels (last axis) of ``v = y`` ([N, C])
+    or ``v = y + row + col`` (``y`` [B, H, W, C], ``row`` [B, H, C] broadcast over W, ``col`` [B, W, C]
+    over H, either may be None): ``(z shaped like y, mean, invstd)``. ``running`` is ``(running_mean,
+    running_var, factor)`` to update in place as ``nn.BatchNorm1d`` does, or None."""
+    networks, h, w, c = _groups(y)
+    z = torch.empty_like(y)
+    stats = y.new_empty(2, c)
+    running_mean, running_var, factor = running or (None, None, 0.0)
+    library().dws_bn_relu_forward(networks, h, w, c, y.data_ptr(), _ptr_of(row), _ptr_of(col), gamma.data_ptr(),
+                                  beta.data_ptr(), eps, z.data_ptr(), stats[0].data_ptr(), stats[1].data_ptr(),
+                                  _ptr_of(running_mean), _ptr_of(running_var), factor, torch.get_num_threads())
+    return z, stats[0], stats[1]
+
+
+def bn_relu_backward(y: Tensor, row: Tensor | None, col: Tensor | None, grad_z: Tensor, gamma: Tensor,
+                     beta: Tensor, mean: Tensor, invstd: Tensor):
+    """Gradients of :func:`bn_relu`: ``(grad_y, grad_row or None, grad_col or None, grad_gamma, grad_beta)``."""
+    networks, h, w, c = _groups(y)
     grad_z = grad_z.contiguous()
-    grad_y, grad_gamma, grad_beta = y.new_empty(n, c), gamma.new_empty(c), gamma.new_empty(c)
-    library().dws_bn_relu_backward(n, c, y.data_ptr(), grad_z.data_ptr(), gamma.data_ptr(), beta.data_ptr(),
-                                   mean.data_ptr(), invstd.data_ptr(), grad_y.data_ptr(), grad_gamma.data_ptr(),
+    grad_y, grad_gamma, grad_beta = torch.empty_like(y), gamma.new_empty(c), gamma.new_empty(c)
+    grad_row = None if row is None else torch.empty_like(row)
+    grad_col = None if col is None else torch.empty_like(col)
+    library().dws_bn_relu_backward(networks, h, w, c, y.data_ptr(), _ptr_of(row), _ptr_of(col), grad_z.data_ptr(),
+                                   gamma.data_ptr(), beta.data_ptr(), mean.data_ptr(), invstd.data_ptr(),
+                                   grad_y.data_ptr(), _ptr_of(grad_row), _ptr_of(grad_col), grad_gamma.data_ptr(),
                                    grad_beta.data_ptr(), torch.get_num_threads())
-    return grad_y, grad_gamma, grad_beta
+    return grad_y, grad_row, grad_col, grad_gamma, grad_beta

@@ -16,6 +16,7 @@ from typing import Iterable, Mapping
 
 import torch
 
+from dws.nn import native_pools
 from dws.nn.layout import to_features
 from dws.nn.structure import Slot
 
@@ -48,8 +49,12 @@ class MaxOverDims(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, *dims_list: tuple[int, ...]):
         ctx.set_materialize_grads(False)
-        outs, positions = max_pools(x, dims_list)
-        ctx.save_for_backward(*positions)
+        ctx.native = native_pools.applies(x, None, dims_list)
+        if ctx.native:  # one pass for both pools, and a backward without a separate zero fill
+            outs = native_pools.forward(ctx, x, None, dims_list)
+        else:
+            outs, positions = max_pools(x, dims_list)
+            ctx.save_for_backward(*positions)
         ctx.shape, ctx.dims_list = x.shape, dims_list
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -58,6 +63,8 @@ class MaxOverDims(torch.autograd.Function):
         present = [g for g in grads if g is not None]
         if not present:
             return (None,) * (1 + len(ctx.dims_list))
+        if ctx.native:
+            return (native_pools.backward(ctx, None, grads)[0],) + (None,) * len(ctx.dims_list)
         out = present[0].new_zeros(ctx.shape)
         add_pool_grads_(out, ctx.saved_tensors, grads)
         return (out,) + (None,) * len(ctx.dims_list)

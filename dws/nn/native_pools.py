@@ -1,0 +1,52 @@
+"""The native form of the max-pool nodes: a hidden weight's pools (and channel-mixing product).
+
+Shared by :class:`dws.nn.identity.MatmulAndMaxPools` (pools + product of a weight between two
+hidden layers) and :class:`dws.nn.pooling.MaxOverDims` (pools alone, e.g. the invariant layer's):
+the kernels of :mod:`dws.nn.native` take the pools over H and/or W of a ``[B, H, W, C]`` tensor
+one network at a time, and the backward writes the input gradient (product gradient, or zeros)
+and scatters the pools' gradients into it while the network's block is in cache. Called from the
+nodes' ``forward``/``backward`` with their ``ctx``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dws.nn import native
+
+Tensor = torch.Tensor
+ROWS, COLUMNS = (2,), (1,)  # pooled dims of [B, H, W, C]: over W (one max per row), over H
+
+
+def applies(x: Tensor, weight: Tensor | None, dims_list) -> bool:
+    """A ``[B, H, W, C]`` input pooled over H and/or W (each once), on tensors the kernels take."""
+    tensors = (x,) if weight is None else (x, weight)
+    channels = (x.shape[-1],) if weight is None else (x.shape[-1], weight.shape[-1])
+    return (
+        x.dim() == 4 and len(dims_list) >= 1 and len(set(dims_list)) == len(dims_list)
+        and all(d in (ROWS, COLUMNS) for d in dims_list) and native.usable(*tensors, channels=channels)
+    )
+
+
+def forward(ctx, x: Tensor, weight: Tensor | None, dims_list) -> tuple[Tensor, ...]:
+    """``(x @ weight, *pools in dims_list order)``, or the pools alone when ``weight`` is None."""
+    rows, columns = ROWS in dims_list, COLUMNS in dims_list
+    y, row, col = native.pools_product(x, weight, rows, columns)
+    args = ([row[1]] if rows else []) + ([col[1]] if columns else [])
+    ctx.with_product = weight is not None
+    ctx.save_for_backward(*((x, weight) if ctx.with_product else ()), *args)  # (pools alone: not x)
+    ctx.dims_list, ctx.shape = dims_list, x.shape
+    pools = tuple((row if d == ROWS else col)[0] for d in dims_list)
+    return pools if weight is None else (y, *pools)
+
+
+def backward(ctx, grad_y: Tensor | None, grad_pools) -> tuple[Tensor | None, Tensor | None]:
+    """``(grad_x, grad_weight)`` from the product's gradient (None: not used) and the pools'."""
+    saved = ctx.saved_tensors
+    x, weight, args = (saved[0], saved[1], saved[2:]) if ctx.with_product else (ctx.shape, None, saved)
+    grads = dict(zip(ctx.dims_list, grad_pools))
+    arg = dict(zip([d for d in (ROWS, COLUMNS) if d in ctx.dims_list], args))
+    row = (grads[ROWS], arg[ROWS]) if ROWS in arg else None
+    col = (grads[COLUMNS], arg[COLUMNS]) if COLUMNS in arg else None
+    want_weight = weight is not None and ctx.needs_input_grad[1]
+    return native.pools_product_backward(x, weight, grad_y, row, col, ctx.needs_input_grad[0], want_weight)
