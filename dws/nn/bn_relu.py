@@ -24,15 +24,46 @@ class BatchNormReLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Tensor, beta: Tensor, eps: float,
                 running):
-        z, mean, invstd = native.bn_relu(y, row, col, gamma.detach(), beta.detach(), eps, running)
-        ctx.save_for_backward(y, row, col, gamma, beta, mean, invstd)
+        z, stats = native.bn_relu(y, row, col, gamma, beta, eps, running)
+        ctx.save_for_backward(y, row, col, gamma, beta, stats)
         return z
 
     @staticmethod
     def backward(ctx, grad_z: Tensor):
-        y, row, col, gamma, beta, mean, invstd = ctx.saved_tensors
-        grads = native.bn_relu_backward(y, row, col, grad_z, gamma.detach(), beta.detach(), mean, invstd)
+        y, row, col, gamma, beta, stats = ctx.saved_tensors
+        grads = native.bn_relu_backward(y, row, col, grad_z, gamma, beta, stats)
         return (*grads, None, None)
+
+
+class BatchNormReLUProduct(torch.autograd.Function):
+    """``BatchNormReLUProduct.apply(y, row, col, gamma, beta, weight, eps, running, *dims_list)`` ->
+    ``(z @ weight, *max pools of z over each dim)`` for ``z = relu(batch_norm(y + row + col))``
+    (``[B, H, W, C]``; dims ``(1,)`` over H, ``(2,)`` over W), without materializing ``z``: a hidden
+    weight's batch norm + ReLU and the next DWS layer's identity product and pools of it (what
+    :class:`dws.nn.identity.MatmulAndMaxPools` would compute from ``z``), see
+    :func:`dws.nn.native.bn_relu_product`."""
+
+    @staticmethod
+    def forward(ctx, y, row, col, gamma, beta, weight, eps, running, *dims_list):
+        ctx.set_materialize_grads(False)
+        rows, columns = (2,) in dims_list, (1,) in dims_list
+        y_next, pool_row, pool_col, stats = native.bn_relu_product(y, row, col, gamma, beta, eps, running, weight,
+                                                                   rows, columns)
+        args = ([pool_row[1]] if rows else []) + ([pool_col[1]] if columns else [])
+        ctx.save_for_backward(y, row, col, gamma, beta, weight, stats, *args)
+        ctx.dims_list = dims_list
+        return (y_next, *((pool_row if d == (2,) else pool_col)[0] for d in dims_list))
+
+    @staticmethod
+    def backward(ctx, grad_y_next, *grad_pools):
+        y, row, col, gamma, beta, weight, stats, *args = ctx.saved_tensors
+        grads = dict(zip(ctx.dims_list, grad_pools))
+        arg = dict(zip([d for d in ((2,), (1,)) if d in ctx.dims_list], args))
+        pool_row = (grads[(2,)], arg[(2,)]) if (2,) in arg else None
+        pool_col = (grads[(1,)], arg[(1,)]) if (1,) in arg else None
+        grad_y, grad_row, grad_col, grad_gamma, grad_beta, grad_weight = native.bn_relu_product_backward(
+            y, row, col, gamma, beta, stats, weight, grad_y_next, pool_row, pool_col, ctx.needs_input_grad[5])
+        return (grad_y, grad_row, grad_col, grad_gamma, grad_beta, grad_weight, None, None) + (None,) * len(ctx.dims_list)
 
 
 def native_applies(bn: nn.BatchNorm1d, y: Tensor, *terms: Tensor | None) -> bool:
@@ -51,16 +82,30 @@ def _buffers(bn: nn.BatchNorm1d) -> list[Tensor]:
     return [t for t in (bn.running_mean, bn.running_var) if t is not None]
 
 
+def _running(bn: nn.BatchNorm1d):
+    """``(running_mean, running_var, factor)`` for this training step, counting the step as
+    ``nn.BatchNorm1d.forward`` does (momentum, or a cumulative average when it is None); None when
+    ``bn`` keeps no running statistics."""
+    if not bn.track_running_stats or bn.running_mean is None:
+        return None
+    factor = 0.0 if bn.momentum is None else bn.momentum
+    if bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        if bn.momentum is None:
+            factor = 1.0 / float(bn.num_batches_tracked)
+    return bn.running_mean, bn.running_var, factor
+
+
 def bn_relu_train(bn: nn.BatchNorm1d, y: Tensor, row: Tensor | None = None, col: Tensor | None = None) -> Tensor:
     """``relu(bn(v))`` over the channels (last axis) of ``v = y`` or ``y + row + col`` (see
-    :func:`dws.nn.native.bn_relu`) for ``bn`` in training mode, updating its running statistics as
-    ``nn.BatchNorm1d.forward`` does (momentum, or a cumulative average when it is None)."""
-    running = None
-    if bn.track_running_stats and bn.running_mean is not None:
-        factor = 0.0 if bn.momentum is None else bn.momentum
-        if bn.num_batches_tracked is not None:
-            bn.num_batches_tracked.add_(1)
-            if bn.momentum is None:
-                factor = 1.0 / float(bn.num_batches_tracked)
-        running = (bn.running_mean, bn.running_var, factor)
-    return BatchNormReLU.apply(y, row, col, bn.weight, bn.bias, bn.eps, running)
+    :func:`dws.nn.native.bn_relu`) for ``bn`` in training mode, updating its running statistics."""
+    return BatchNormReLU.apply(y, row, col, bn.weight, bn.bias, bn.eps, _running(bn))
+
+
+def bn_relu_product_train(bn: nn.BatchNorm1d, y: Tensor, row: Tensor | None, col: Tensor | None, weight: Tensor,
+                          dims_list) -> tuple[Tensor, list[Tensor]]:
+    """:class:`BatchNormReLUProduct` for ``bn`` in training mode (updating its running statistics):
+    ``(z @ weight, [pools of z in dims_list order])``."""
+    y_next, *pools = BatchNormReLUProduct.apply(y, row, col, bn.weight, bn.bias, weight, bn.eps, _running(bn),
+                                                *dims_list)
+    return y_next, pools

@@ -162,77 +162,113 @@ static void pools(int runs, ptrdiff_t step, int count, ptrdiff_t stride, int c, 
         }
 }
 
-/* forward: for each network b, the pools of x[b] ([h, w, ci]; either pool may be skipped with NULL)
- * and y[b] = x[b] @ weight ([ci, co]; skipped when y is NULL: the pools alone) */
-void dws_pools_product(int networks, int h, int w, int ci, int co, const float *x, const float *weight,
-                       float *y, float *row_max, int32_t *row_arg, float *col_max, int32_t *col_arg, int threads) {
-    const ptrdiff_t cells = (ptrdiff_t)h * w;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int b = 0; b < networks; b++) {
-        const float *xb = x + b * cells * ci;
-        if (row_max) /* over w, for each row i */
-            pools(h, (ptrdiff_t)w * ci, w, ci, ci, xb, row_max + (ptrdiff_t)b * h * ci, row_arg + (ptrdiff_t)b * h * ci);
-        if (col_max) /* over h, for each column j */
-            pools(w, ci, h, (ptrdiff_t)w * ci, ci, xb, col_max + (ptrdiff_t)b * w * ci, col_arg + (ptrdiff_t)b * w * ci);
-        if (y) matmul((int)cells, ci, co, xb, weight, y + b * cells * co);
-    }
+/* ---- a hidden weight's pools and product, one network [h, w, ci] at a time */
+typedef struct {
+    int h, w, ci, co;
+} Block;
+
+/* the pools of x ([h, w, ci]; either may be skipped with NULL) and y = x @ weight ([ci, co];
+ * skipped when y is NULL: the pools alone) */
+static void network_forward(const Block *k, const float *x, const float *weight, float *y, float *row_max,
+                            int32_t *row_arg, float *col_max, int32_t *col_arg) {
+    const ptrdiff_t line = (ptrdiff_t)k->w * k->ci;
+    if (row_max) pools(k->h, line, k->w, k->ci, k->ci, x, row_max, row_arg); /* over w, for each row */
+    if (col_max) pools(k->w, k->ci, k->h, line, k->ci, x, col_max, col_arg); /* over h, for each column */
+    if (y) matmul(k->h * k->w, k->ci, k->co, x, weight, y);
 }
 
-/* backward: grad_x[b] = grad_y[b] @ weight^T (weight_t is [co, ci]) plus each pool's gradient at
- * its maximum; grad_weight = sum_b x[b]^T @ grad_y[b] (float sums per network, double across
- * networks). grad_y may be NULL (only the pools received gradients; then weight_t and x may be
- * NULL too); grad_x or grad_weight may be NULL (not wanted). */
+/* each pool's gradient added at its maximum in grad_x (either pool's gradient may be NULL) */
+static void scatter_pools(const Block *k, const float *grad_row, const int32_t *row_arg, const float *grad_col,
+                          const int32_t *col_arg, float *grad_x) {
+    const int ci = k->ci, w = k->w;
+    if (grad_row)
+        for (int i = 0; i < k->h; i++)
+            for (int c = 0; c < ci; c++) grad_x[((ptrdiff_t)i * w + row_arg[i * ci + c]) * ci + c] += grad_row[i * ci + c];
+    if (grad_col)
+        for (int j = 0; j < w; j++)
+            for (int c = 0; c < ci; c++) grad_x[((ptrdiff_t)col_arg[j * ci + c] * w + j) * ci + c] += grad_col[j * ci + c];
+}
+
+/* grad_x = grad_y @ weight^T (weight_t [co, ci]) plus each pool's gradient at its maximum, and
+ * gram += x^T @ grad_y. grad_y may be NULL (only the pools received gradients: grad_x is their
+ * scatter); grad_x or gram may be NULL (not wanted). */
+static void network_backward(const Block *k, const float *x, const float *weight_t, const float *grad_y,
+                             const float *grad_row, const int32_t *row_arg, const float *grad_col,
+                             const int32_t *col_arg, float *grad_x, float *gram_out) {
+    const ptrdiff_t cells = (ptrdiff_t)k->h * k->w;
+    const int ci = k->ci, co = k->co;
+    if (grad_y) {
+        for (ptrdiff_t r = 0; r < cells; r += ROW_BLOCK) {
+            int rows = cells - r < ROW_BLOCK ? (int)(cells - r) : ROW_BLOCK;
+            if (grad_x) matmul(rows, co, ci, grad_y + r * co, weight_t, grad_x + r * ci);
+            if (gram_out) gram(rows, ci, co, x + r * ci, grad_y + r * co, gram_out);
+        }
+    } else if (grad_x) {
+        memset(grad_x, 0, sizeof(float) * cells * ci);
+    }
+    if (grad_x) scatter_pools(k, grad_row, row_arg, grad_col, col_arg, grad_x);
+}
+
+/* a weight gradient summed over networks: each thread adds its networks' float sums into doubles */
+typedef struct {
+    ptrdiff_t size;
+    double *total;
+} GramSum;
+
+INLINE void gram_add(GramSum *sum, const float *local, double *thread_sum) {
+    for (ptrdiff_t k = 0; k < sum->size; k++) thread_sum[k] += local[k];
+}
+
+INLINE void gram_merge(GramSum *sum, const double *thread_sum) {
+#pragma omp critical
+    for (ptrdiff_t k = 0; k < sum->size; k++) sum->total[k] += thread_sum[k];
+}
+
+INLINE void gram_finish(GramSum *sum, float *out) {
+    for (ptrdiff_t k = 0; k < sum->size; k++) out[k] = (float)sum->total[k];
+    free(sum->total);
+}
+
+/* forward of the pools and product for each network b of x [networks, h, w, ci] */
+void dws_pools_product(int networks, int h, int w, int ci, int co, const float *x, const float *weight,
+                       float *y, float *row_max, int32_t *row_arg, float *col_max, int32_t *col_arg, int threads) {
+    const Block k = {h, w, ci, co};
+    const ptrdiff_t cells = (ptrdiff_t)h * w, rows = (ptrdiff_t)h * ci, cols = (ptrdiff_t)w * ci;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int b = 0; b < networks; b++)
+        network_forward(&k, x + b * cells * ci, weight, y ? y + b * cells * co : NULL,
+                        row_max ? row_max + b * rows : NULL, row_max ? row_arg + b * rows : NULL,
+                        col_max ? col_max + b * cols : NULL, col_max ? col_arg + b * cols : NULL);
+}
+
+/* its backward (see network_backward); grad_weight = sum over networks of x^T @ grad_y. grad_y
+ * may be NULL (then x and weight_t may be NULL too); grad_x or grad_weight may be NULL. */
 void dws_pools_product_backward(int networks, int h, int w, int ci, int co, const float *x, const float *weight_t,
                                 const float *grad_y, const float *grad_row, const int32_t *row_arg,
                                 const float *grad_col, const int32_t *col_arg, float *grad_x, float *grad_weight,
                                 int threads) {
-    const ptrdiff_t cells = (ptrdiff_t)h * w, size = (ptrdiff_t)ci * co;
+    const Block k = {h, w, ci, co};
+    const ptrdiff_t cells = (ptrdiff_t)h * w, rows = (ptrdiff_t)h * ci, cols = (ptrdiff_t)w * ci;
     const int want_weight = grad_weight != NULL && grad_y != NULL;
-    double *total = want_weight ? calloc(size, sizeof(double)) : NULL;
+    GramSum sum = {(ptrdiff_t)ci * co, want_weight ? calloc((size_t)ci * co, sizeof(double)) : NULL};
 #pragma omp parallel num_threads(threads)
     {
-        float *local = want_weight ? malloc(sizeof(float) * size) : NULL;
-        double *sum = want_weight ? calloc(size, sizeof(double)) : NULL;
+        float *local = want_weight ? malloc(sizeof(float) * sum.size) : NULL;
+        double *thread_sum = want_weight ? calloc(sum.size, sizeof(double)) : NULL;
 #pragma omp for schedule(static)
         for (int b = 0; b < networks; b++) {
-            const float *xb = x ? x + b * cells * ci : NULL, *gb = grad_y ? grad_y + b * cells * co : NULL;
-            float *gxb = grad_x ? grad_x + b * cells * ci : NULL;
-            if (local) memset(local, 0, sizeof(float) * size);
-            if (gb) {
-                for (ptrdiff_t r = 0; r < cells; r += ROW_BLOCK) {
-                    int rows = cells - r < ROW_BLOCK ? (int)(cells - r) : ROW_BLOCK;
-                    if (gxb) matmul(rows, co, ci, gb + r * co, weight_t, gxb + r * ci);
-                    if (local) gram(rows, ci, co, xb + r * ci, gb + r * co, local);
-                }
-            } else if (gxb) {
-                memset(gxb, 0, sizeof(float) * cells * ci);
-            }
-            if (gxb && grad_row) {
-                const float *g = grad_row + (ptrdiff_t)b * h * ci;
-                const int32_t *a = row_arg + (ptrdiff_t)b * h * ci;
-                for (int i = 0; i < h; i++)
-                    for (int k = 0; k < ci; k++) gxb[((ptrdiff_t)i * w + a[i * ci + k]) * ci + k] += g[i * ci + k];
-            }
-            if (gxb && grad_col) {
-                const float *g = grad_col + (ptrdiff_t)b * w * ci;
-                const int32_t *a = col_arg + (ptrdiff_t)b * w * ci;
-                for (int j = 0; j < w; j++)
-                    for (int k = 0; k < ci; k++) gxb[((ptrdiff_t)a[j * ci + k] * w + j) * ci + k] += g[j * ci + k];
-            }
-            if (local)
-                for (ptrdiff_t k = 0; k < size; k++) sum[k] += local[k];
+            if (local) memset(local, 0, sizeof(float) * sum.size);
+            network_backward(&k, x ? x + b * cells * ci : NULL, weight_t, grad_y ? grad_y + b * cells * co : NULL,
+                             grad_row ? grad_row + b * rows : NULL, grad_row ? row_arg + b * rows : NULL,
+                             grad_col ? grad_col + b * cols : NULL, grad_col ? col_arg + b * cols : NULL,
+                             grad_x ? grad_x + b * cells * ci : NULL, local);
+            if (local) gram_add(&sum, local, thread_sum);
         }
-        if (sum) {
-#pragma omp critical
-            for (ptrdiff_t k = 0; k < size; k++) total[k] += sum[k];
-        }
+        if (want_weight) gram_merge(&sum, thread_sum);
         free(local);
-        free(sum);
+        free(thread_sum);
     }
-    if (want_weight) {
-        for (ptrdiff_t k = 0; k < size; k++) grad_weight[k] = (float)total[k];
-        free(total);
-    }
+    if (want_weight) gram_finish(&sum, grad_weight);
 }
 
 /* ---- batch norm + ReLU: z = max(u, 0), u = v * scale + shift (scale = gamma / std, shift = beta -
@@ -311,75 +347,165 @@ INLINE void channel_sums(int kind, int nv, const Input *in, ptrdiff_t g0, ptrdif
     }
 }
 
-/* out [2c] = the two per-channel sums of `kind` over the whole input (see channel_sums) */
-static void all_channel_sums(int kind, const Input *in, const float *gz, const float *ref, const float *scale,
-                             const float *shift, double *out, int threads) {
+/* part [2c] += the two per-channel sums of `kind` over groups [g0, g1) (see channel_sums) */
+static void block_channel_sums(int kind, const Input *in, ptrdiff_t g0, ptrdiff_t g1, const float *gz,
+                               const float *ref, const float *scale, const float *shift, double *part) {
     const int c = in->c;
-    const ptrdiff_t groups = (ptrdiff_t)in->networks * in->h, block = groups_per_block(in);
-    memset(out, 0, sizeof(double) * 2 * c);
-#pragma omp parallel num_threads(threads)
-    {
-        double *part = calloc(2 * (size_t)c, sizeof(double));
-#pragma omp for schedule(static)
-        for (ptrdiff_t g0 = 0; g0 < groups; g0 += block) {
-            ptrdiff_t g1 = g0 + block < groups ? g0 + block : groups;
-            for (int ch = 0; ch < c; ch += 8 * MAX_VECTORS) {
-                switch ((c - ch) / 8 < MAX_VECTORS ? (c - ch) / 8 : MAX_VECTORS) {
+    for (int ch = 0; ch < c; ch += 8 * MAX_VECTORS) {
+        switch ((c - ch) / 8 < MAX_VECTORS ? (c - ch) / 8 : MAX_VECTORS) {
 #define SUMS_CASE(NV) case NV: \
     if (kind == SUMS_MOMENTS) channel_sums(SUMS_MOMENTS, NV, in, g0, g1, ch, gz, ref, scale, shift, part); \
     else channel_sums(SUMS_BACKWARD, NV, in, g0, g1, ch, gz, ref, scale, shift, part); \
     break;
-                    SUMS_CASE(6) SUMS_CASE(5) SUMS_CASE(4) SUMS_CASE(3) SUMS_CASE(2) SUMS_CASE(1)
+            SUMS_CASE(6) SUMS_CASE(5) SUMS_CASE(4) SUMS_CASE(3) SUMS_CASE(2) SUMS_CASE(1)
 #undef SUMS_CASE
-                }
-            }
         }
+    }
+}
+
+INLINE void merge_sums(double *out, const double *part, int c) {
 #pragma omp critical
-        for (int k = 0; k < 2 * c; k++) out[k] += part[k];
+    for (int k = 0; k < 2 * c; k++) out[k] += part[k];
+}
+
+/* out [2c] = the two per-channel sums of `kind` over the whole input */
+static void all_channel_sums(int kind, const Input *in, const float *gz, const float *ref, const float *scale,
+                             const float *shift, double *out, int threads) {
+    const ptrdiff_t groups = (ptrdiff_t)in->networks * in->h, block = groups_per_block(in);
+    memset(out, 0, sizeof(double) * 2 * in->c);
+#pragma omp parallel num_threads(threads)
+    {
+        double *part = calloc(2 * (size_t)in->c, sizeof(double));
+#pragma omp for schedule(static)
+        for (ptrdiff_t g0 = 0; g0 < groups; g0 += block)
+            block_channel_sums(kind, in, g0, g0 + block < groups ? g0 + block : groups, gz, ref, scale, shift, part);
+        merge_sums(out, part, in->c);
         free(part);
     }
 }
 
-/* forward: batch statistics of the input (at least 2 rows), z [rows, c] = relu(batch_norm(v));
- * mean and invstd are returned per channel for the backward. Where running_mean is not NULL, the
- * running statistics are updated as nn.BatchNorm1d does: r = (1 - factor) r + factor s, with the
- * unbiased variance. */
-void dws_bn_relu_forward(int networks, int h, int w, int c, const float *y, const float *row, const float *col,
-                         const float *gamma, const float *beta, float eps, float *z, float *mean, float *invstd,
-                         float *running_mean, float *running_var, float factor, int threads) {
-    const Input in = {networks, h, w, c, y, row, col};
-    const ptrdiff_t n = input_rows(&in), groups = (ptrdiff_t)networks * h, block = groups_per_block(&in);
+/* per-channel scale and shift of the normalization */
+typedef struct {
+    float *scale, *shift, *a, *b; /* a, b: the backward's coefficients */
+} Affine;
+
+static Affine affine_new(int c) {
+    Affine f = {malloc(sizeof(float) * c), malloc(sizeof(float) * c), malloc(sizeof(float) * c),
+                malloc(sizeof(float) * c)};
+    return f;
+}
+
+static void affine_free(Affine *f) {
+    free(f->scale);
+    free(f->shift);
+    free(f->a);
+    free(f->b);
+}
+
+/* batch statistics (at least 2 rows): mean, invstd and the affine map; running statistics updated
+ * as nn.BatchNorm1d does where running_mean is not NULL (r = (1 - factor) r + factor s, unbiased
+ * variance) */
+static void bn_statistics(const Input *in, const float *gamma, const float *beta, float eps, float *mean,
+                          float *invstd, Affine *f, float *running_mean, float *running_var, float factor,
+                          int threads) {
+    const int c = in->c;
+    const ptrdiff_t n = input_rows(in);
     double *sums = malloc(sizeof(double) * 2 * c);
-    float *ref = malloc(sizeof(float) * c), *scale = malloc(sizeof(float) * c), *shift = malloc(sizeof(float) * c);
-    for (int ch = 0; ch < c; ch += 8) _mm256_storeu_ps(ref + ch, input_value(&in, 0, 0, ch));
-    all_channel_sums(SUMS_MOMENTS, &in, NULL, ref, NULL, NULL, sums, threads); /* centred on the first row */
+    float *ref = malloc(sizeof(float) * c);
+    for (int ch = 0; ch < c; ch += 8) _mm256_storeu_ps(ref + ch, input_value(in, 0, 0, ch));
+    all_channel_sums(SUMS_MOMENTS, in, NULL, ref, NULL, NULL, sums, threads); /* centred on the first row */
     for (int k = 0; k < c; k++) {
         double m = sums[k] / n, v = sums[c + k] / n - m * m;
         v = v > 0 ? v : 0;
         mean[k] = (float)(ref[k] + m);
         invstd[k] = (float)(1.0 / __builtin_sqrt(v + eps));
-        scale[k] = gamma[k] * invstd[k];
-        shift[k] = beta[k] - mean[k] * scale[k];
+        f->scale[k] = gamma[k] * invstd[k];
+        f->shift[k] = beta[k] - mean[k] * f->scale[k];
         if (running_mean) {
             running_mean[k] = (1 - factor) * running_mean[k] + factor * mean[k];
             running_var[k] = (1 - factor) * running_var[k] + factor * (float)(v * n / (n - 1));
         }
     }
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (ptrdiff_t g0 = 0; g0 < groups; g0 += block) {
-        ptrdiff_t g1 = g0 + block < groups ? g0 + block : groups;
-        for (ptrdiff_t g = g0; g < g1; g++)
-            for (int j = 0; j < w; j++)
-                for (int ch = 0; ch < c; ch += 8) {
-                    __m256 u = _mm256_fmadd_ps(input_value(&in, g, j, ch), _mm256_loadu_ps(scale + ch),
-                                               _mm256_loadu_ps(shift + ch));
-                    _mm256_storeu_ps(z + (g * w + j) * c + ch, _mm256_max_ps(u, _mm256_setzero_ps()));
-                }
-    }
     free(sums);
     free(ref);
-    free(scale);
-    free(shift);
+}
+
+/* the affine map from saved statistics (backward) */
+static void bn_affine(int c, const float *gamma, const float *beta, const float *mean, const float *invstd,
+                      Affine *f) {
+    for (int k = 0; k < c; k++) {
+        f->scale[k] = gamma[k] * invstd[k];
+        f->shift[k] = beta[k] - mean[k] * f->scale[k];
+    }
+}
+
+/* z = relu(v * scale + shift) for groups [g0, g1), written from z (group g0 at z) */
+static void normalize_relu(const Input *in, ptrdiff_t g0, ptrdiff_t g1, const Affine *f, float *z) {
+    const int c = in->c, w = in->w;
+    for (ptrdiff_t g = g0; g < g1; g++)
+        for (int j = 0; j < w; j++)
+            for (int ch = 0; ch < c; ch += 8) {
+                __m256 u = _mm256_fmadd_ps(input_value(in, g, j, ch), _mm256_loadu_ps(f->scale + ch),
+                                           _mm256_loadu_ps(f->shift + ch));
+                _mm256_storeu_ps(z + ((g - g0) * w + j) * c + ch, _mm256_max_ps(u, _mm256_setzero_ps()));
+            }
+}
+
+/* from sums = (sum gu, sum gu (v - mean)): grad_gamma, grad_beta and the coefficients of
+ * grad_v = scale gu - a - b (v - mean), i.e. scale (gu - mean(gu) - vhat mean(gu vhat)) */
+static void bn_coefficients(const Input *in, const double *sums, const float *invstd, Affine *f, float *grad_gamma,
+                            float *grad_beta) {
+    const int c = in->c;
+    const ptrdiff_t n = input_rows(in);
+    for (int k = 0; k < c; k++) {
+        grad_beta[k] = (float)sums[k];
+        grad_gamma[k] = (float)(sums[c + k] * invstd[k]);
+        f->a[k] = (float)(f->scale[k] * sums[k] / n);
+        f->b[k] = (float)(f->scale[k] * (double)invstd[k] * invstd[k] * sums[c + k] / n);
+    }
+}
+
+/* grad_v for groups [g0, g1) (grad_y may be grad_z: in place), and the terms' gradients: each
+ * group's row sum into grad_row (set), each column's sum added into grad_col (zeroed by the caller) */
+static void bn_input_grad(const Input *in, ptrdiff_t g0, ptrdiff_t g1, const float *grad_z, const float *mean,
+                          const Affine *f, float *grad_y, float *grad_row, float *grad_col) {
+    const int c = in->c, w = in->w;
+    for (ptrdiff_t g = g0; g < g1; g++) {
+        if (grad_row) memset(grad_row + g * c, 0, sizeof(float) * c);
+        for (int j = 0; j < w; j++)
+            for (int ch = 0; ch < c; ch += 8) {
+                __m256 x = input_value(in, g, j, ch), sc = _mm256_loadu_ps(f->scale + ch);
+                __m256 u = _mm256_fmadd_ps(x, sc, _mm256_loadu_ps(f->shift + ch));
+                ptrdiff_t at = (g * w + j) * c + ch;
+                __m256 gu = _mm256_and_ps(_mm256_loadu_ps(grad_z + at), _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ));
+                __m256 d = _mm256_sub_ps(x, _mm256_loadu_ps(mean + ch));
+                __m256 gv = _mm256_fnmadd_ps(d, _mm256_loadu_ps(f->b + ch), _mm256_fmsub_ps(gu, sc, _mm256_loadu_ps(f->a + ch)));
+                _mm256_storeu_ps(grad_y + at, gv);
+                if (grad_row) {
+                    float *o = grad_row + g * c + ch;
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), gv));
+                }
+                if (grad_col) {
+                    float *o = grad_col + ((g / in->h) * w + j) * c + ch;
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), gv));
+                }
+            }
+    }
+}
+
+/* forward: batch statistics of the input (at least 2 rows), z [rows, c] = relu(batch_norm(v));
+ * mean and invstd are returned per channel for the backward; running statistics as bn_statistics */
+void dws_bn_relu_forward(int networks, int h, int w, int c, const float *y, const float *row, const float *col,
+                         const float *gamma, const float *beta, float eps, float *z, float *mean, float *invstd,
+                         float *running_mean, float *running_var, float factor, int threads) {
+    const Input in = {networks, h, w, c, y, row, col};
+    const ptrdiff_t groups = (ptrdiff_t)networks * h, block = groups_per_block(&in);
+    Affine f = affine_new(c);
+    bn_statistics(&in, gamma, beta, eps, mean, invstd, &f, running_mean, running_var, factor, threads);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (ptrdiff_t g0 = 0; g0 < groups; g0 += block)
+        normalize_relu(&in, g0, g0 + block < groups ? g0 + block : groups, &f, z + g0 * w * c);
+    affine_free(&f);
 }
 
 /* backward of the forward above, given its mean and invstd: grad_y [rows, c] (the gradient of v),
@@ -390,51 +516,109 @@ void dws_bn_relu_backward(int networks, int h, int w, int c, const float *y, con
                           const float *invstd, float *grad_y, float *grad_row, float *grad_col, float *grad_gamma,
                           float *grad_beta, int threads) {
     const Input in = {networks, h, w, c, y, row, col};
-    const ptrdiff_t n = input_rows(&in), groups = (ptrdiff_t)networks * h, block = groups_per_block(&in);
+    const ptrdiff_t groups = (ptrdiff_t)networks * h, block = groups_per_block(&in);
     double *sums = malloc(sizeof(double) * 2 * c);
-    float *scale = malloc(sizeof(float) * c), *shift = malloc(sizeof(float) * c);
-    float *a = malloc(sizeof(float) * c), *b = malloc(sizeof(float) * c);
-    for (int k = 0; k < c; k++) {
-        scale[k] = gamma[k] * invstd[k];
-        shift[k] = beta[k] - mean[k] * scale[k];
-    }
-    all_channel_sums(SUMS_BACKWARD, &in, grad_z, mean, scale, shift, sums, threads);
-    for (int k = 0; k < c; k++) {  /* grad_v = scale gu - scale mean(gu) - scale vhat mean(gu vhat) */
-        grad_beta[k] = (float)sums[k];
-        grad_gamma[k] = (float)(sums[c + k] * invstd[k]);
-        a[k] = (float)(scale[k] * sums[k] / n);
-        b[k] = (float)(scale[k] * (double)invstd[k] * invstd[k] * sums[c + k] / n);
-    }
+    Affine f = affine_new(c);
+    bn_affine(c, gamma, beta, mean, invstd, &f);
+    all_channel_sums(SUMS_BACKWARD, &in, grad_z, mean, f.scale, f.shift, sums, threads);
+    bn_coefficients(&in, sums, invstd, &f, grad_gamma, grad_beta);
     if (grad_col) memset(grad_col, 0, sizeof(float) * networks * w * c);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (ptrdiff_t g0 = 0; g0 < groups; g0 += block) {
-        ptrdiff_t g1 = g0 + block < groups ? g0 + block : groups;
-        for (ptrdiff_t g = g0; g < g1; g++) {
-            if (grad_row) memset(grad_row + g * c, 0, sizeof(float) * c);
-            for (int j = 0; j < w; j++)
-                for (int ch = 0; ch < c; ch += 8) {
-                    __m256 x = input_value(&in, g, j, ch), sc = _mm256_loadu_ps(scale + ch);
-                    __m256 u = _mm256_fmadd_ps(x, sc, _mm256_loadu_ps(shift + ch));
-                    ptrdiff_t at = (g * w + j) * c + ch;
-                    __m256 gu = _mm256_and_ps(_mm256_loadu_ps(grad_z + at),
-                                              _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ));
-                    __m256 d = _mm256_sub_ps(x, _mm256_loadu_ps(mean + ch));
-                    __m256 gv = _mm256_fnmadd_ps(d, _mm256_loadu_ps(b + ch), _mm256_fmsub_ps(gu, sc, _mm256_loadu_ps(a + ch)));
-                    _mm256_storeu_ps(grad_y + at, gv);
-                    if (grad_row) {
-                        float *o = grad_row + g * c + ch;
-                        _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), gv));
-                    }
-                    if (grad_col) {
-                        float *o = grad_col + ((g / h) * w + j) * c + ch;
-                        _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), gv));
-                    }
-                }
-        }
-    }
+    for (ptrdiff_t g0 = 0; g0 < groups; g0 += block)
+        bn_input_grad(&in, g0, g0 + block < groups ? g0 + block : groups, grad_z, mean, &f, grad_y, grad_row, grad_col);
     free(sums);
-    free(scale);
-    free(shift);
-    free(a);
-    free(b);
+    affine_free(&f);
+}
+
+/* ---- batch norm + ReLU of one DWS layer's hidden weight, then the next layer's pools and product
+ * of the result, as one operation: z = relu(batch_norm(y + row + col)) exists only one network at
+ * a time in a per-thread buffer (in L2), from which the pools and y_next = z @ weight are taken;
+ * the backward recomputes it the same way. Saves z's write and its reads by the next layer. */
+void dws_bn_relu_product_forward(int networks, int h, int w, int c, const float *y, const float *row,
+                                 const float *col, const float *gamma, const float *beta, float eps, float *mean,
+                                 float *invstd, float *running_mean, float *running_var, float factor, int co,
+                                 const float *weight, float *y_next, float *row_max, int32_t *row_arg,
+                                 float *col_max, int32_t *col_arg, int threads) {
+    const Input in = {networks, h, w, c, y, row, col};
+    const Block k = {h, w, c, co};
+    const ptrdiff_t cells = (ptrdiff_t)h * w, rows = (ptrdiff_t)h * c, cols = (ptrdiff_t)w * c;
+    Affine f = affine_new(c);
+    bn_statistics(&in, gamma, beta, eps, mean, invstd, &f, running_mean, running_var, factor, threads);
+#pragma omp parallel num_threads(threads)
+    {
+        float *z = malloc(sizeof(float) * cells * c);
+#pragma omp for schedule(static)
+        for (int b = 0; b < networks; b++) {
+            normalize_relu(&in, (ptrdiff_t)b * h, (ptrdiff_t)(b + 1) * h, &f, z);
+            network_forward(&k, z, weight, y_next + b * cells * co, row_max ? row_max + b * rows : NULL,
+                            row_max ? row_arg + b * rows : NULL, col_max ? col_max + b * cols : NULL,
+                            col_max ? col_arg + b * cols : NULL);
+        }
+        free(z);
+    }
+    affine_free(&f);
+}
+
+/* its backward: grad_y (the gradient of v = y + row + col, [networks, h, w, c]; it first holds the
+ * gradient of z, network by network), grad_row / grad_col where the forward had those terms,
+ * grad_gamma, grad_beta, grad_weight (NULL: not wanted); grad_y_next may be NULL (only the pools
+ * received gradients) */
+void dws_bn_relu_product_backward(int networks, int h, int w, int c, const float *y, const float *row,
+                                  const float *col, const float *gamma, const float *beta, const float *mean,
+                                  const float *invstd, int co, const float *weight_t, const float *grad_y_next,
+                                  const float *grad_row_max, const int32_t *row_arg, const float *grad_col_max,
+                                  const int32_t *col_arg, float *grad_y, float *grad_row, float *grad_col,
+                                  float *grad_gamma, float *grad_beta, float *grad_weight, int threads) {
+    const Input in = {networks, h, w, c, y, row, col};
+    const Block k = {h, w, c, co};
+    const ptrdiff_t cells = (ptrdiff_t)h * w, rows = (ptrdiff_t)h * c, cols = (ptrdiff_t)w * c;
+    const int want_weight = grad_weight != NULL && grad_y_next != NULL;
+    GramSum sum = {(ptrdiff_t)c * co, want_weight ? calloc((size_t)c * co, sizeof(double)) : NULL};
+    double *sums = calloc(2 * (size_t)c, sizeof(double));
+    Affine f = affine_new(c);
+    bn_affine(c, gamma, beta, mean, invstd, &f);
+#pragma omp parallel num_threads(threads)
+    {
+        /* z is recomputed a block of whole rows at a time (in L1), not for the whole network */
+        const ptrdiff_t block = ROW_BLOCK / w > 0 ? ROW_BLOCK / w : 1;
+        float *z = malloc(sizeof(float) * block * w * c), *local = want_weight ? malloc(sizeof(float) * sum.size) : NULL;
+        double *thread_sum = want_weight ? calloc(sum.size, sizeof(double)) : NULL;
+        double *part = calloc(2 * (size_t)c, sizeof(double));
+#pragma omp for schedule(static)
+        for (int b = 0; b < networks; b++) { /* the gradient of z, and batch norm's sums over it */
+            float *gz = grad_y + b * cells * c;
+            const float *gn = grad_y_next ? grad_y_next + b * cells * co : NULL;
+            if (local) memset(local, 0, sizeof(float) * sum.size);
+            for (ptrdiff_t i0 = 0; i0 < h; i0 += block) {
+                ptrdiff_t i1 = i0 + block < h ? i0 + block : h, at = i0 * w;
+                int cells_in_block = (int)((i1 - i0) * w);
+                if (!gn) {
+                    memset(gz + at * c, 0, sizeof(float) * cells_in_block * c);
+                    continue;
+                }
+                normalize_relu(&in, (ptrdiff_t)b * h + i0, (ptrdiff_t)b * h + i1, &f, z);
+                matmul(cells_in_block, co, c, gn + at * co, weight_t, gz + at * c);
+                if (local) gram(cells_in_block, c, co, z, gn + at * co, local);
+            }
+            scatter_pools(&k, grad_row_max ? grad_row_max + b * rows : NULL, grad_row_max ? row_arg + b * rows : NULL,
+                          grad_col_max ? grad_col_max + b * cols : NULL, grad_col_max ? col_arg + b * cols : NULL, gz);
+            if (local) gram_add(&sum, local, thread_sum);
+            block_channel_sums(SUMS_BACKWARD, &in, (ptrdiff_t)b * h, (ptrdiff_t)(b + 1) * h, grad_y, mean, f.scale,
+                               f.shift, part);
+        }
+        if (want_weight) gram_merge(&sum, thread_sum);
+        merge_sums(sums, part, c);
+        free(z);
+        free(local);
+        free(thread_sum);
+        free(part);
+    }
+    if (want_weight) gram_finish(&sum, grad_weight);
+    bn_coefficients(&in, sums, invstd, &f, grad_gamma, grad_beta);
+    if (grad_col) memset(grad_col, 0, sizeof(float) * networks * w * c);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int b = 0; b < networks; b++) /* grad_v, in place over the gradient of z */
+        bn_input_grad(&in, (ptrdiff_t)b * h, (ptrdiff_t)(b + 1) * h, grad_y, mean, &f, grad_y, grad_row, grad_col);
+    free(sums);
+    affine_free(&f);
 }

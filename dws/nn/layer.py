@@ -131,17 +131,32 @@ class DWSLayer(nn.Module):
         weights, biases = self.forward_parts(ws, pending=False)
         return WeightSpace(tuple(weights), tuple(biases))
 
-    def forward_parts(self, ws: WeightSpace, pending: bool = True) -> tuple[list, list]:
+    def identity_input(self, index: int) -> tuple[Tensor, list[tuple[int]]] | None:
+        """For ``weights[index]`` of the input, when it is a weight between two hidden layers whose
+        identity product and max pools share one node: ``(the product's matrix, the pooled dims)``
+        (what an upstream module computes for :meth:`forward_parts`' ``ready``); else None."""
+        for i, slot in self._fused_identity.items():
+            if slot.layer - 1 == index:
+                return self.group_weights[i], [(d,) for d in self._direct_pools[slot].values()]
+        return None
+
+    def forward_parts(self, ws: WeightSpace, pending: bool = True,
+                      ready: dict[int, tuple[Tensor, list[Tensor]]] | None = None) -> tuple[list, list]:
         """The output's weights and biases; with ``pending``, a tensor that is a fresh product plus
         broadcast terms comes as a :class:`~dws.nn.pending.PendingSum` (for a module that adds the
-        terms on the fly, see :class:`dws.nn.models.EquivariantStack`)."""
+        terms on the fly, see :class:`dws.nn.models.EquivariantStack`). ``ready`` gives, for some
+        ``weights[index]`` (see :meth:`identity_input`), their identity product and pools computed
+        upstream; those input tensors are then not read (they may be placeholders)."""
         ws = prepare_input(ws, self.widths, self.in_channels, type(self).__name__)
         pooled = PooledInputs(dict(zip(self.slots, ws.weights + ws.biases)), self.pool)
         products: dict[int, Tensor] = {}
         for i, slot in self._fused_identity.items():
             pools = self._direct_pools[slot]  # {kept: pooled dim}
-            dims = ((d,) for d in pools.values())
-            products[i], *outs = MatmulAndMaxPools.apply(pooled.tensors[slot], self.group_weights[i], *dims)
+            if ready and slot.layer - 1 in ready:
+                products[i], outs = ready[slot.layer - 1]
+            else:
+                dims = ((d,) for d in pools.values())
+                products[i], *outs = MatmulAndMaxPools.apply(pooled.tensors[slot], self.group_weights[i], *dims)
             pooled.store(slot, pools, outs)
         pooled.prefetch(self._direct_pools)
         terms: dict[Slot, list[Tensor]] = {s: [] for s in self.slots}

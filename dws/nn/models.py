@@ -39,23 +39,34 @@ def channel_list(hidden_channels: int | Sequence[int], num_layers: int) -> list[
 
 
 class EquivariantStack(nn.Sequential):
-    """DWS layers and the modules after them, in order. A DWS layer followed by batch norm + ReLU
-    hands it its outputs before the broadcast terms are added (:meth:`DWSLayer.forward_parts`), so
-    the batch norm adds them on the fly where it can (:mod:`dws.nn.pending`): two full-size passes
-    fewer each way for every weight between two hidden layers. Same modules and state dict as an
-    ``nn.Sequential`` of them."""
+    """DWS layers and the modules after them, in order, with two fusions across module boundaries
+    (same modules and state dict as an ``nn.Sequential`` of them, same function):
+
+    * a DWS layer followed by batch norm + ReLU hands it its outputs before the broadcast terms are
+      added (:meth:`DWSLayer.forward_parts`), so the batch norm adds them on the fly where it can
+      (:mod:`dws.nn.pending`): two full-size passes fewer each way per hidden weight;
+    * when the next module is again a DWS layer, that batch norm + ReLU also computes the next
+      layer's identity product and max pools of each weight between two hidden layers
+      (:meth:`WSBatchNorm.forward_into`), so the normalized tensor is never written or read back.
+    """
 
     def forward(self, ws: WeightSpace) -> WeightSpace:
         mods = list(self)
+        ready = None  # the next DWS layer's identity products and pools, computed by a batch norm
         i = 0
         while i < len(mods):
-            layer, after = mods[i], mods[i + 1] if i + 1 < len(mods) else None
-            if isinstance(layer, DWSLayer) and isinstance(after, WSBatchNorm) and after.relu:
-                ws = after.forward_parts(*layer.forward_parts(ws))
-                i += 2
+            module, after = mods[i], mods[i + 1] if i + 1 < len(mods) else None
+            if not isinstance(module, DWSLayer):
+                ws, i = module(ws), i + 1
+                continue
+            fuse = isinstance(after, WSBatchNorm) and after.relu
+            weights, biases = module.forward_parts(ws, pending=fuse, ready=ready)
+            following = mods[i + 2] if fuse and i + 2 < len(mods) else None
+            if isinstance(following, DWSLayer):
+                ws, ready = after.forward_into(weights, biases, following)
             else:
-                ws = layer(ws)
-                i += 1
+                ws, ready = after.forward_parts(weights, biases) if fuse else WeightSpace(tuple(weights), tuple(biases)), None
+            i += 2 if fuse else 1
         return ws
 
 

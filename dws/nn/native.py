@@ -36,14 +36,20 @@ _int, _ptr, _float = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
 def library() -> ctypes.CDLL | None:
     """The loaded kernels, or ``None`` where they cannot run here (see the module doc)."""
     lib = cbuild.load(SOURCE, FLAGS, "native DWS kernels", "the PyTorch path of the DWS layers")
-    if lib is None:
-        return None
+    return None if lib is None else declare(lib)
+
+
+def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """Set the kernels' argument types on a loaded build of ``kernels.c``."""
     lib.dws_pools_product.argtypes = [_int] * 5 + [_ptr] * 7 + [_int]
     lib.dws_pools_product_backward.argtypes = [_int] * 5 + [_ptr] * 9 + [_int]
     lib.dws_bn_relu_forward.argtypes = [_int] * 4 + [_ptr] * 5 + [_float] + [_ptr] * 5 + [_float, _int]
     lib.dws_bn_relu_backward.argtypes = [_int] * 4 + [_ptr] * 13 + [_int]
+    lib.dws_bn_relu_product_forward.argtypes = (
+        [_int] * 4 + [_ptr] * 5 + [_float] + [_ptr] * 4 + [_float, _int] + [_ptr] * 6 + [_int])
+    lib.dws_bn_relu_product_backward.argtypes = [_int] * 4 + [_ptr] * 7 + [_int] + [_ptr] * 12 + [_int]
     for fn in (lib.dws_pools_product, lib.dws_pools_product_backward, lib.dws_bn_relu_forward,
-               lib.dws_bn_relu_backward):
+               lib.dws_bn_relu_backward, lib.dws_bn_relu_product_forward, lib.dws_bn_relu_product_backward):
         fn.restype = None
     return lib
 
@@ -98,29 +104,34 @@ def pools_product_backward(x: Tensor | torch.Size, weight: Tensor | None, grad_y
     return grad_x, grad_w
 
 
+def _rows_of(t: Tensor) -> tuple[int, int]:
+    """Addresses of the two rows of a contiguous ``[2, C]`` float32 tensor (no ``select`` ops)."""
+    return t.data_ptr(), t.data_ptr() + 4 * t.shape[1]
+
+
 def _groups(y: Tensor) -> tuple[int, int, int, int]:
     """``(networks, h, w, c)`` of a ``[B, H, W, C]`` input, or ``(N, 1, 1, C)`` of an ``[N, C]`` one."""
     return (*y.shape[:3], y.shape[3]) if y.dim() == 4 else (y.shape[0], 1, 1, y.shape[1])
 
 
 def bn_relu(y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Tensor, beta: Tensor, eps: float,
-            running: tuple[Tensor, Tensor, float] | None) -> tuple[Tensor, Tensor, Tensor]:
+            running: tuple[Tensor, Tensor, float] | None) -> tuple[Tensor, Tensor]:
     """``relu(batch_norm(v))`` with batch statistics over the channels (last axis) of ``v = y`` ([N, C])
     or ``v = y + row + col`` (``y`` [B, H, W, C], ``row`` [B, H, C] broadcast over W, ``col`` [B, W, C]
-    over H, either may be None): ``(z shaped like y, mean, invstd)``. ``running`` is ``(running_mean,
+    over H, either may be None): ``(z shaped like y, stats)``, ``stats`` [2, C] the mean and invstd. ``running`` is ``(running_mean,
     running_var, factor)`` to update in place as ``nn.BatchNorm1d`` does, or None."""
     networks, h, w, c = _groups(y)
     z = torch.empty_like(y)
     stats = y.new_empty(2, c)
     running_mean, running_var, factor = running or (None, None, 0.0)
     library().dws_bn_relu_forward(networks, h, w, c, y.data_ptr(), _ptr_of(row), _ptr_of(col), gamma.data_ptr(),
-                                  beta.data_ptr(), eps, z.data_ptr(), stats[0].data_ptr(), stats[1].data_ptr(),
+                                  beta.data_ptr(), eps, z.data_ptr(), *_rows_of(stats),
                                   _ptr_of(running_mean), _ptr_of(running_var), factor, torch.get_num_threads())
-    return z, stats[0], stats[1]
+    return z, stats
 
 
 def bn_relu_backward(y: Tensor, row: Tensor | None, col: Tensor | None, grad_z: Tensor, gamma: Tensor,
-                     beta: Tensor, mean: Tensor, invstd: Tensor):
+                     beta: Tensor, stats: Tensor):
     """Gradients of :func:`bn_relu`: ``(grad_y, grad_row or None, grad_col or None, grad_gamma, grad_beta)``."""
     networks, h, w, c = _groups(y)
     grad_z = grad_z.contiguous()
@@ -128,7 +139,57 @@ def bn_relu_backward(y: Tensor, row: Tensor | None, col: Tensor | None, grad_z: 
     grad_row = None if row is None else torch.empty_like(row)
     grad_col = None if col is None else torch.empty_like(col)
     library().dws_bn_relu_backward(networks, h, w, c, y.data_ptr(), _ptr_of(row), _ptr_of(col), grad_z.data_ptr(),
-                                   gamma.data_ptr(), beta.data_ptr(), mean.data_ptr(), invstd.data_ptr(),
-                                   grad_y.data_ptr(), _ptr_of(grad_row), _ptr_of(grad_col), grad_gamma.data_ptr(),
+                                   gamma.data_ptr(), beta.data_ptr(), *_rows_of(stats), grad_y.data_ptr(), _ptr_of(grad_row), _ptr_of(grad_col), grad_gamma.data_ptr(),
                                    grad_beta.data_ptr(), torch.get_num_threads())
     return grad_y, grad_row, grad_col, grad_gamma, grad_beta
+
+
+def _pool_outputs(like: Tensor, n: int, rows: bool, columns: bool):
+    """Empty (max, int32 argmax) pairs for the row pools ([B, H, C]) and the column pools ([B, W, C])."""
+    B, H, W, c = like.shape[0], like.shape[1], like.shape[2], n
+    row = (like.new_empty(B, H, c), torch.empty(B, H, c, dtype=torch.int32)) if rows else None
+    col = (like.new_empty(B, W, c), torch.empty(B, W, c, dtype=torch.int32)) if columns else None
+    return row, col
+
+
+def bn_relu_product(y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Tensor, beta: Tensor, eps: float,
+                    running: tuple[Tensor, Tensor, float] | None, weight: Tensor, rows: bool, columns: bool):
+    """:func:`bn_relu` of ``y + row + col`` (``[B, H, W, C]``) followed by :func:`pools_product` of the
+    result with ``weight``, without materializing the result: ``(y_next, row pools or None, column
+    pools or None, stats)``, pools as ``(max, argmax)``, ``stats`` as in :func:`bn_relu`."""
+    networks, h, w, c = y.shape
+    co = weight.shape[1]
+    y_next = y.new_empty(networks, h, w, co)
+    stats = y.new_empty(2, c)
+    pool_row, pool_col = _pool_outputs(y, c, rows, columns)
+    running_mean, running_var, factor = running or (None, None, 0.0)
+    library().dws_bn_relu_product_forward(
+        networks, h, w, c, y.data_ptr(), _ptr_of(row), _ptr_of(col), gamma.data_ptr(), beta.data_ptr(), eps,
+        *_rows_of(stats), _ptr_of(running_mean), _ptr_of(running_var), factor, co,
+        weight.data_ptr(), y_next.data_ptr(), *map(_ptr_of, (pool_row or (None, None)) + (pool_col or (None, None))),
+        torch.get_num_threads())
+    return y_next, pool_row, pool_col, stats
+
+
+def bn_relu_product_backward(y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Tensor, beta: Tensor,
+                             stats: Tensor, weight: Tensor, grad_y_next: Tensor | None,
+                             pool_row, pool_col, want_weight: bool):
+    """Gradients of :func:`bn_relu_product`: ``(grad_y, grad_row, grad_col, grad_gamma, grad_beta,
+    grad_weight)`` (None where not applicable); ``pool_row``/``pool_col`` are ``(grad or None, argmax)``."""
+    networks, h, w, c = y.shape
+    co = weight.shape[1]
+    grad_y_next = None if grad_y_next is None else grad_y_next.contiguous()
+    weight_t = weight.t().contiguous()
+    (g_row, a_row), (g_col, a_col) = (pool_row or (None, None)), (pool_col or (None, None))
+    g_row = None if g_row is None else g_row.contiguous()
+    g_col = None if g_col is None else g_col.contiguous()
+    grad_y, grad_gamma, grad_beta = torch.empty_like(y), gamma.new_empty(c), gamma.new_empty(c)
+    grad_row = None if row is None else torch.empty_like(row)
+    grad_col = None if col is None else torch.empty_like(col)
+    grad_w = weight.new_empty(c, co) if want_weight and grad_y_next is not None else None
+    library().dws_bn_relu_product_backward(
+        networks, h, w, c, y.data_ptr(), _ptr_of(row), _ptr_of(col), gamma.data_ptr(), beta.data_ptr(),
+        *_rows_of(stats), co, weight_t.data_ptr(), _ptr_of(grad_y_next), _ptr_of(g_row),
+        _ptr_of(a_row), _ptr_of(g_col), _ptr_of(a_col), grad_y.data_ptr(), _ptr_of(grad_row), _ptr_of(grad_col),
+        grad_gamma.data_ptr(), grad_beta.data_ptr(), _ptr_of(grad_w), torch.get_num_threads())
+    return grad_y, grad_row, grad_col, grad_gamma, grad_beta, grad_w

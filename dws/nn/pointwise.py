@@ -11,7 +11,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from dws.nn.bn_relu import bn_relu_train, native_applies
+from dws.nn import native_pools
+from dws.nn.bn_relu import bn_relu_product_train, bn_relu_train, native_applies
 from dws.nn.pending import PendingSum
 from dws.weightspace import WeightSpace
 
@@ -53,19 +54,47 @@ class WSBatchNorm(nn.Module):
     def forward(self, ws: WeightSpace) -> WeightSpace:
         return self.forward_parts(ws.weights, ws.biases)
 
-    def forward_parts(self, weights: Sequence[Tensor | PendingSum], biases: Sequence[Tensor | PendingSum]) -> WeightSpace:
+    def forward_parts(self, weights: Sequence[Tensor | PendingSum], biases: Sequence[Tensor | PendingSum],
+                      skip: set[int] = frozenset()) -> WeightSpace:
         """Normalize a weight space given as its tensors, some of which may still be
         :class:`~dws.nn.pending.PendingSum` outputs of a DWS layer (their terms are added on the
-        fly where the native batch norm + ReLU applies, else first)."""
+        fly where the native batch norm + ReLU applies, else first); ``weights[k]`` for ``k`` in
+        ``skip`` pass through (placeholders, see :meth:`forward_into`)."""
         first = weights[0].full if isinstance(weights[0], PendingSum) else weights[0]
         if first.dim() != 4 or len(weights) != len(self.weight_norms):
             raise ValueError(
                 f"WSBatchNorm expects a weight space with channels and {len(self.weight_norms)} layers"
             )
         return WeightSpace(
-            tuple(self._norm(bn, w) for bn, w in zip(self.weight_norms, weights)),
+            tuple(w if k in skip else self._norm(bn, w) for k, (bn, w) in enumerate(zip(self.weight_norms, weights))),
             tuple(self._norm(bn, b) for bn, b in zip(self.bias_norms, biases)),
         )
+
+    def forward_into(self, weights: list, biases: list, layer) -> tuple[WeightSpace, dict]:
+        """:meth:`forward_parts`, where the next module is the DWS layer ``layer``: each hidden weight
+        that ``layer`` only reads through its identity product and max pools
+        (:meth:`~dws.nn.layer.DWSLayer.identity_input`) gets those computed here straight from this
+        batch norm + ReLU (:func:`~dws.nn.bn_relu.bn_relu_product_train`; the normalized tensor is
+        never materialized) where the native kernels apply. Returns the weight space, with a
+        ``meta`` placeholder for each such weight, and ``{weight index: (product, pools)}`` for
+        ``layer.forward_parts(..., ready=)``."""
+        weights, ready = list(weights), {}
+        for k, x in enumerate(weights):
+            fused = self._fused_product(self.weight_norms[k], x, layer.identity_input(k))
+            if fused is not None:
+                ready[k] = fused
+                weights[k] = torch.empty(x.full.shape, dtype=x.full.dtype, device="meta")
+        out = self.forward_parts(weights, biases, skip=set(ready))
+        return out, ready
+
+    def _fused_product(self, bn: nn.BatchNorm1d, x, identity) -> tuple[Tensor, list[Tensor]] | None:
+        if identity is None or not self.relu or not isinstance(x, PendingSum):
+            return None
+        weight, dims = identity
+        terms = x.row_and_column()
+        if terms is None or not native_applies(bn, x.full, *terms) or not native_pools.applies(x.full, weight, dims):
+            return None
+        return bn_relu_product_train(bn, x.full, *terms, weight, dims)
 
     def _norm(self, bn: nn.BatchNorm1d, x: Tensor | PendingSum) -> Tensor:
         if isinstance(x, PendingSum):
