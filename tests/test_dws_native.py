@@ -13,7 +13,9 @@ import torch
 
 from dws import DWSNetEquivariant, DWSNetInvariant
 from dws.nn import WSBatchNorm, native
-from dws.nn.bn_relu import native_applies
+from dws.nn.bn_relu import BatchNormReLUProduct, bn_relu_train, native_applies
+from dws.nn.models import EquivariantStack
+from dws.nn.pending import PendingSum
 from dws.nn.identity import MatmulAndMaxPools
 from dws.nn.native_pools import applies as _native_applies
 from dws_helpers import random_ws
@@ -132,35 +134,166 @@ def test_batchnorm_relu_native_path_only_in_training_with_what_it_takes():
     assert not native_applies(bn, torch.randn(10, 16))  # running statistics: PyTorch's kernel
 
 
+def _counting(monkeypatch, names):
+    """Count the calls of the native wrappers ``names`` (dict name -> count)."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        real = getattr(native, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            calls[_name] += 1
+            return _real(*a, **k)
+        monkeypatch.setattr(native, name, counted)
+    return calls
+
+
 @needs_native
-@pytest.mark.parametrize("kind", ["invariant", "equivariant"])
-def test_whole_models_match_the_torch_path(kind, torch_path):
-    """A training step of a float32 DWSNet with 8/16 channels: outputs and every parameter's
-    gradient agree with the PyTorch path, and the native kernels were actually used."""
-    widths = (3, 8, 6, 5, 2)
-    torch.manual_seed(0)
-    model = (DWSNetInvariant(widths, 4, hidden_channels=[8, 16, 8], num_layers=3) if kind == "invariant"
-             else DWSNetEquivariant(widths, hidden_channels=16, num_layers=3, bn=True))
-    ws = random_ws(widths, batch=5, channels=1, dtype=torch.float32, seed=3)
-    calls = []
-    real_pools_product = native.pools_product
+@pytest.mark.parametrize("seed", range(6))
+def test_whole_models_match_the_torch_path(seed, torch_path, monkeypatch):
+    """Two training steps of float32 DWSNets (invariant and equivariant with batch norm) on random
+    architectures with M = 3..5 and channel counts multiples of 8: outputs, every parameter's
+    gradient and the running statistics agree with the PyTorch path, and every native kernel,
+    the fused batch norm + next product among them, was used."""
+    gen = torch.Generator().manual_seed(seed)
+    depth = 3 + seed % 3
+    widths = tuple(int(d) for d in torch.randint(1, 7, (depth + 1,), generator=gen))
+    channels = [8 * int(c) for c in torch.randint(1, 3, (3,), generator=gen)]
+    torch.manual_seed(seed)
+    model = (DWSNetInvariant(widths, 4, hidden_channels=channels, num_layers=3) if seed % 2 == 0
+             else DWSNetEquivariant(widths, hidden_channels=channels[:2], num_layers=3, bn=True))
+    calls = _counting(monkeypatch, ["pools_product", "bn_relu", "bn_relu_product"])
     results = []
     for switch in (lambda: None, torch_path):
         switch()
         mod = copy.deepcopy(model)
-        native.pools_product = lambda *a, **k: calls.append(1) or real_pools_product(*a, **k)
-        try:
+        outs, grads = [], []
+        for step in range(2):
+            ws = random_ws(widths, batch=3 + step, channels=1, dtype=torch.float32, seed=10 * seed + step)
             out = mod(ws)
-        finally:
-            native.pools_product = real_pools_product
-        flat = out.flatten() if kind == "equivariant" else out
-        loss = (flat * torch.linspace(-1, 1, flat.numel()).reshape(flat.shape)).sum()
-        results.append((flat, torch.autograd.grad(loss, list(mod.parameters()))))
-    assert calls  # the first run went through the native product
-    (out, grads), (want, want_grads) = results
-    assert torch.allclose(out, want, atol=1e-4, rtol=1e-4)
+            flat = out if isinstance(out, torch.Tensor) else out.flatten()
+            loss = (flat * torch.linspace(-1, 1, flat.numel()).reshape(flat.shape)).sum()
+            grads.append(torch.autograd.grad(loss, list(mod.parameters())))
+            outs.append(flat)
+        results.append((outs, grads, mod.state_dict()))
+        if switch is not torch_path:
+            assert all(calls.values()), calls  # every native path ran in the first model
+    (outs, grads, state), (want_outs, want_grads, want_state) = results
+    for o, e in zip(outs, want_outs):
+        assert torch.allclose(o, e, atol=1e-4, rtol=1e-4)
+    for gs, es in zip(grads, want_grads):
+        for g, e in zip(gs, es):
+            assert torch.allclose(g, e, atol=1e-4, rtol=1e-3)
+    for key in state:
+        assert torch.allclose(state[key].float(), want_state[key].float(), atol=1e-5, rtol=1e-4), key
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pending_sum_splits_terms_into_row_and_column(seed):
+    """Terms broadcasting over W (row), over H (column), over both or over the batch are summed
+    into one row and one column term with the same total; other shapes are refused."""
+    gen = torch.Generator().manual_seed(seed)
+    B, H, W, C = (int(s) for s in torch.randint(2, 6, (4,), generator=gen))
+    shapes = [(B, H, 1, C), (B, 1, W, C), (B, 1, 1, C), (1, 1, C), (1, H, 1, C), (1, 1, W, C)]
+    terms = [torch.randn(shapes[k], generator=gen) for k in torch.randperm(6, generator=gen)[: 2 + seed]]
+    full = torch.randn(B, H, W, C, generator=gen)
+    pending = PendingSum(full.clone(), terms)
+    row, col = pending.row_and_column()
+    split = full + (0 if row is None else row[:, :, None]) + (0 if col is None else col[:, None])
+    assert torch.allclose(split, pending.resolve(), atol=1e-6)
+    assert all(t is None or t.is_contiguous() for t in (row, col))
+    assert PendingSum(full, [torch.randn(B, H, W, C)]).row_and_column() is None  # a full-size term
+    assert PendingSum(full, [torch.randn(2 * B, 1, 1, C)[:B].expand(B, H, 1, C)[:, :1]]).row_and_column() is not None
+    assert PendingSum(full[0], [torch.randn(1, C)]).row_and_column() is None  # not [B, H, W, C]
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(4))
+def test_batchnorm_relu_adds_broadcast_terms_on_the_fly(seed, torch_path):
+    """``relu(bn(y + row + col))`` with the terms added in the kernel: values, gradients of y, of
+    both terms and of the affine parameters, and running statistics, against adding them first."""
+    gen = torch.Generator().manual_seed(seed)
+    B, H, W = (int(s) for s in torch.randint(1, 9, (3,), generator=gen))
+    C = 8 * int(torch.randint(1, 4, (1,), generator=gen))
+    y = torch.randn(B, H, W, C, generator=gen).requires_grad_()
+    row = None if seed == 1 else (torch.randn(B, H, C, generator=gen) + 2).requires_grad_()
+    col = None if seed == 2 else torch.randn(B, W, C, generator=gen).requires_grad_()
+    bn = torch.nn.BatchNorm1d(C)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 2, generator=gen)
+        bn.bias.uniform_(-0.5, 0.5, generator=gen)
+    cot = torch.randn(B, H, W, C, generator=gen)
+    inputs = [t for t in (y, row, col) if t is not None]
+    results = []
+    for fused in (True, False):
+        mod = copy.deepcopy(bn)
+        if fused:
+            assert native_applies(mod, y, row, col)
+            z = bn_relu_train(mod, y, row, col)
+        else:
+            v = y + (0 if row is None else row[:, :, None]) + (0 if col is None else col[:, None])
+            z = torch.relu(mod(v.reshape(-1, C))).reshape(v.shape)
+        results.append((z, torch.autograd.grad((z * cot).sum(), inputs + list(mod.parameters())), mod.state_dict()))
+    (z, grads, state), (want, want_grads, want_state) = results
+    assert torch.allclose(z, want, atol=1e-5)
     for g, e in zip(grads, want_grads):
-        assert torch.allclose(g, e, atol=1e-4, rtol=1e-3)
+        assert torch.allclose(g, e, atol=1e-4, rtol=1e-4)
+    for key in state:
+        assert torch.allclose(state[key].float(), want_state[key].float(), atol=1e-6), key
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(6))
+def test_batchnorm_relu_product_node_matches_its_parts(seed, torch_path):
+    """The fused node (batch norm + ReLU, then the next layer's product and pools of the result,
+    never materialized) against batch norm + ReLU followed by the PyTorch path's product-and-pools
+    node: every output, every input's gradient (with some outputs unused), running statistics."""
+    gen = torch.Generator().manual_seed(seed)
+    B, H, W = (int(s) for s in torch.randint(1, 10, (3,), generator=gen))
+    ci, co = (8 * int(s) for s in torch.randint(1, 4, (2,), generator=gen))
+    dims = [[(1,), (2,)], [(2,), (1,)], [(1,)], [(2,)]][seed % 4]
+    y = torch.randn(B, H, W, ci, generator=gen).requires_grad_()
+    row = torch.randn(B, H, ci, generator=gen).requires_grad_()
+    col = None if seed == 3 else torch.randn(B, W, ci, generator=gen).requires_grad_()
+    weight = torch.randn(ci, co, generator=gen).requires_grad_()
+    bn = torch.nn.BatchNorm1d(ci)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 2, generator=gen)
+        bn.bias.uniform_(-0.5, 0.5, generator=gen)
+    used = [[0, 1, 2], [1, 2], [0], [0, 1]][seed % 4][: 1 + len(dims)]
+    inputs = [t for t in (y, row, col, weight) if t is not None]
+    results = []
+    for fused in (True, False):
+        mod = copy.deepcopy(bn)
+        if fused:
+            outs = BatchNormReLUProduct.apply(y, row, col, mod.weight, mod.bias, weight, mod.eps,
+                                              (mod.running_mean, mod.running_var, 0.1), *dims)
+        else:
+            torch_path()
+            v = y + row[:, :, None] + (0 if col is None else col[:, None])
+            z = torch.relu(mod(v.reshape(-1, ci))).reshape(v.shape)
+            outs = MatmulAndMaxPools.apply(z, weight, *dims)
+        cots = [torch.randn(o.shape, generator=torch.Generator().manual_seed(k)) if k in used else None
+                for k, o in enumerate(outs)]
+        grads = _grads(outs, cots, inputs + [mod.weight, mod.bias])
+        results.append((outs, grads, (mod.running_mean, mod.running_var)))
+    (outs, grads, running), (want_outs, want_grads, want_running) = results
+    for o, e in zip(outs, want_outs):
+        assert torch.allclose(o, e, atol=1e-4, rtol=1e-4)
+    for g, e in zip(grads, want_grads):
+        assert (g is None) == (e is None)
+        if g is not None:
+            assert torch.allclose(g, e, atol=1e-3, rtol=1e-3)
+    for r, e in zip(running, want_running):
+        assert torch.allclose(r, e, atol=1e-6)
+
+
+def test_equivariant_stack_keeps_the_sequential_state_dict():
+    """Checkpoints of models built before the stack existed (an ``nn.Sequential``) still load."""
+    model = DWSNetInvariant((2, 4, 4, 1), 3, hidden_channels=8, num_layers=2)
+    assert isinstance(model.encoder, EquivariantStack)
+    plain = torch.nn.Sequential(*model.encoder)
+    assert list(plain.state_dict()) == list(model.encoder.state_dict())
+    model.encoder.load_state_dict(plain.state_dict())
 
 
 def test_float64_and_odd_channel_counts_take_the_torch_path():
@@ -176,3 +309,16 @@ def test_switched_off_by_the_environment(tmp_path):
                           env={**os.environ, "ZOO_CACHE_DIR": str(tmp_path), "ZOO_NATIVE": "0"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "NONE" and not list(tmp_path.glob("**/*.so"))
+
+
+@needs_native
+def test_double_backward_is_refused_clearly():
+    """The kernels' gradients are not themselves differentiable: asking for a second derivative
+    raises instead of silently returning one without the kernels' part."""
+    x = torch.randn(2, 3, 4, 8, requires_grad=True)
+    _, rows, cols = MatmulAndMaxPools.apply(x, torch.randn(8, 8), (2,), (1,))
+    with pytest.raises(RuntimeError, match="ZOO_NATIVE=0"):
+        torch.autograd.grad((rows ** 2).sum() + cols.sum(), x, create_graph=True)
+    y = torch.randn(6, 8, requires_grad=True)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(bn_relu_train(torch.nn.BatchNorm1d(8), y).pow(2).sum(), y, create_graph=True)[0].sum().backward()

@@ -10,6 +10,7 @@ from it. Running statistics are updated exactly as ``nn.BatchNorm1d`` does.
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch import nn
 
 from dws.nn import native
@@ -29,6 +30,7 @@ class BatchNormReLU(torch.autograd.Function):
         return z
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_z: Tensor):
         y, row, col, gamma, beta, stats = ctx.saved_tensors
         grads = native.bn_relu_backward(y, row, col, grad_z, gamma, beta, stats)
@@ -55,6 +57,7 @@ class BatchNormReLUProduct(torch.autograd.Function):
         return (y_next, *((pool_row if d == (2,) else pool_col)[0] for d in dims_list))
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_y_next, *grad_pools):
         y, row, col, gamma, beta, weight, stats, *args = ctx.saved_tensors
         grads = dict(zip(ctx.dims_list, grad_pools))

@@ -13,6 +13,7 @@
  * library resolves libgomp to PyTorch's copy, so it runs on PyTorch's own thread pool.
  */
 #include <immintrin.h>
+#include <omp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -209,24 +210,40 @@ static void network_backward(const Block *k, const float *x, const float *weight
     if (grad_x) scatter_pools(k, grad_row, row_arg, grad_col, col_arg, grad_x);
 }
 
-/* a weight gradient summed over networks: each thread adds its networks' float sums into doubles */
+/* per-thread double sums (each thread adds into its own row), totalled in thread order afterwards:
+ * results depend on the thread count but not on the threads' timing */
 typedef struct {
     ptrdiff_t size;
-    double *total;
-} GramSum;
+    int threads;
+    double *rows;
+} Partials;
 
-INLINE void gram_add(GramSum *sum, const float *local, double *thread_sum) {
-    for (ptrdiff_t k = 0; k < sum->size; k++) thread_sum[k] += local[k];
+static Partials partials_new(ptrdiff_t size, int threads) {
+    Partials p = {size, threads, calloc((size_t)size * threads, sizeof(double))};
+    return p;
 }
 
-INLINE void gram_merge(GramSum *sum, const double *thread_sum) {
-#pragma omp critical
-    for (ptrdiff_t k = 0; k < sum->size; k++) sum->total[k] += thread_sum[k];
+INLINE double *partials_mine(const Partials *p) { return p->rows + (ptrdiff_t)omp_get_thread_num() * p->size; }
+
+INLINE void partials_add(const Partials *p, const float *values) {
+    double *mine = partials_mine(p);
+    for (ptrdiff_t k = 0; k < p->size; k++) mine[k] += values[k];
 }
 
-INLINE void gram_finish(GramSum *sum, float *out) {
-    for (ptrdiff_t k = 0; k < sum->size; k++) out[k] = (float)sum->total[k];
-    free(sum->total);
+/* out [size] = the rows' total; frees them */
+static void partials_total(Partials *p, double *out) {
+    memset(out, 0, sizeof(double) * p->size);
+    for (int t = 0; t < p->threads; t++)
+        for (ptrdiff_t k = 0; k < p->size; k++) out[k] += p->rows[t * p->size + k];
+    free(p->rows);
+}
+
+/* a float copy of the total (a weight gradient summed over networks) */
+static void partials_total_float(Partials *p, float *out) {
+    double *total = malloc(sizeof(double) * p->size);
+    partials_total(p, total);
+    for (ptrdiff_t k = 0; k < p->size; k++) out[k] = (float)total[k];
+    free(total);
 }
 
 /* forward of the pools and product for each network b of x [networks, h, w, ci] */
@@ -250,11 +267,10 @@ void dws_pools_product_backward(int networks, int h, int w, int ci, int co, cons
     const Block k = {h, w, ci, co};
     const ptrdiff_t cells = (ptrdiff_t)h * w, rows = (ptrdiff_t)h * ci, cols = (ptrdiff_t)w * ci;
     const int want_weight = grad_weight != NULL && grad_y != NULL;
-    GramSum sum = {(ptrdiff_t)ci * co, want_weight ? calloc((size_t)ci * co, sizeof(double)) : NULL};
+    Partials sum = partials_new(want_weight ? (ptrdiff_t)ci * co : 0, threads);
 #pragma omp parallel num_threads(threads)
     {
         float *local = want_weight ? malloc(sizeof(float) * sum.size) : NULL;
-        double *thread_sum = want_weight ? calloc(sum.size, sizeof(double)) : NULL;
 #pragma omp for schedule(static)
         for (int b = 0; b < networks; b++) {
             if (local) memset(local, 0, sizeof(float) * sum.size);
@@ -262,13 +278,12 @@ void dws_pools_product_backward(int networks, int h, int w, int ci, int co, cons
                              grad_row ? grad_row + b * rows : NULL, grad_row ? row_arg + b * rows : NULL,
                              grad_col ? grad_col + b * cols : NULL, grad_col ? col_arg + b * cols : NULL,
                              grad_x ? grad_x + b * cells * ci : NULL, local);
-            if (local) gram_add(&sum, local, thread_sum);
+            if (local) partials_add(&sum, local);
         }
-        if (want_weight) gram_merge(&sum, thread_sum);
         free(local);
-        free(thread_sum);
     }
-    if (want_weight) gram_finish(&sum, grad_weight);
+    if (want_weight) partials_total_float(&sum, grad_weight);
+    else free(sum.rows);
 }
 
 /* ---- batch norm + ReLU: z = max(u, 0), u = v * scale + shift (scale = gamma / std, shift = beta -
@@ -363,25 +378,16 @@ static void block_channel_sums(int kind, const Input *in, ptrdiff_t g0, ptrdiff_
     }
 }
 
-INLINE void merge_sums(double *out, const double *part, int c) {
-#pragma omp critical
-    for (int k = 0; k < 2 * c; k++) out[k] += part[k];
-}
-
 /* out [2c] = the two per-channel sums of `kind` over the whole input */
 static void all_channel_sums(int kind, const Input *in, const float *gz, const float *ref, const float *scale,
                              const float *shift, double *out, int threads) {
     const ptrdiff_t groups = (ptrdiff_t)in->networks * in->h, block = groups_per_block(in);
-    memset(out, 0, sizeof(double) * 2 * in->c);
-#pragma omp parallel num_threads(threads)
-    {
-        double *part = calloc(2 * (size_t)in->c, sizeof(double));
-#pragma omp for schedule(static)
-        for (ptrdiff_t g0 = 0; g0 < groups; g0 += block)
-            block_channel_sums(kind, in, g0, g0 + block < groups ? g0 + block : groups, gz, ref, scale, shift, part);
-        merge_sums(out, part, in->c);
-        free(part);
-    }
+    Partials sums = partials_new(2 * (ptrdiff_t)in->c, threads);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (ptrdiff_t g0 = 0; g0 < groups; g0 += block)
+        block_channel_sums(kind, in, g0, g0 + block < groups ? g0 + block : groups, gz, ref, scale, shift,
+                           partials_mine(&sums));
+    partials_total(&sums, out);
 }
 
 /* per-channel scale and shift of the normalization */
@@ -573,8 +579,8 @@ void dws_bn_relu_product_backward(int networks, int h, int w, int c, const float
     const Block k = {h, w, c, co};
     const ptrdiff_t cells = (ptrdiff_t)h * w, rows = (ptrdiff_t)h * c, cols = (ptrdiff_t)w * c;
     const int want_weight = grad_weight != NULL && grad_y_next != NULL;
-    GramSum sum = {(ptrdiff_t)c * co, want_weight ? calloc((size_t)c * co, sizeof(double)) : NULL};
-    double *sums = calloc(2 * (size_t)c, sizeof(double));
+    Partials sum = partials_new(want_weight ? (ptrdiff_t)c * co : 0, threads), moments = partials_new(2 * c, threads);
+    double *sums = malloc(sizeof(double) * 2 * c);
     Affine f = affine_new(c);
     bn_affine(c, gamma, beta, mean, invstd, &f);
 #pragma omp parallel num_threads(threads)
@@ -582,8 +588,6 @@ void dws_bn_relu_product_backward(int networks, int h, int w, int c, const float
         /* z is recomputed a block of whole rows at a time (in L1), not for the whole network */
         const ptrdiff_t block = ROW_BLOCK / w > 0 ? ROW_BLOCK / w : 1;
         float *z = malloc(sizeof(float) * block * w * c), *local = want_weight ? malloc(sizeof(float) * sum.size) : NULL;
-        double *thread_sum = want_weight ? calloc(sum.size, sizeof(double)) : NULL;
-        double *part = calloc(2 * (size_t)c, sizeof(double));
 #pragma omp for schedule(static)
         for (int b = 0; b < networks; b++) { /* the gradient of z, and batch norm's sums over it */
             float *gz = grad_y + b * cells * c;
@@ -602,18 +606,16 @@ void dws_bn_relu_product_backward(int networks, int h, int w, int c, const float
             }
             scatter_pools(&k, grad_row_max ? grad_row_max + b * rows : NULL, grad_row_max ? row_arg + b * rows : NULL,
                           grad_col_max ? grad_col_max + b * cols : NULL, grad_col_max ? col_arg + b * cols : NULL, gz);
-            if (local) gram_add(&sum, local, thread_sum);
+            if (local) partials_add(&sum, local);
             block_channel_sums(SUMS_BACKWARD, &in, (ptrdiff_t)b * h, (ptrdiff_t)(b + 1) * h, grad_y, mean, f.scale,
-                               f.shift, part);
+                               f.shift, partials_mine(&moments));
         }
-        if (want_weight) gram_merge(&sum, thread_sum);
-        merge_sums(sums, part, c);
         free(z);
         free(local);
-        free(thread_sum);
-        free(part);
     }
-    if (want_weight) gram_finish(&sum, grad_weight);
+    if (want_weight) partials_total_float(&sum, grad_weight);
+    else free(sum.rows);
+    partials_total(&moments, sums);
     bn_coefficients(&in, sums, invstd, &f, grad_gamma, grad_beta);
     if (grad_col) memset(grad_col, 0, sizeof(float) * networks * w * c);
 #pragma omp parallel for num_threads(threads) schedule(static)

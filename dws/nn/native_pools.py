@@ -42,6 +42,9 @@ def forward(ctx, x: Tensor, weight: Tensor | None, dims_list) -> tuple[Tensor, .
 
 def backward(ctx, grad_y: Tensor | None, grad_pools) -> tuple[Tensor | None, Tensor | None]:
     """``(grad_x, grad_weight)`` from the product's gradient (None: not used) and the pools'."""
+    if torch.is_grad_enabled():  # (create_graph=True) the kernels' gradients have no graph of their own
+        raise RuntimeError("double backward through the native DWS kernels is not supported; "
+                           "set ZOO_NATIVE=0 (the PyTorch path) for higher-order gradients")
     saved = ctx.saved_tensors
     x, weight, args = (saved[0], saved[1], saved[2:]) if ctx.with_product else (ctx.shape, None, saved)
     grads = dict(zip(ctx.dims_list, grad_pools))
