@@ -24,88 +24,62 @@
 #define STATS_BLOCK 256  /* rows per float partial sum before it is added into a double */
 #define MAX_VECTORS 6    /* channel vectors held in registers by the pools and the per-channel sums */
 
-/* ---- y [rows, n] = x [rows, kd] @ w [kd, n], row-major, n a multiple of 8: 4 x 24 register tiles
- * (12 sums for 4 broadcasts and 3 loads per k), then 16 and 8 columns, then single rows */
-INLINE void mm_tile(int nr, int nv, int kd, int n, const float *x, const float *w, float *y) {
-    __m256 acc[4][3];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-#pragma GCC unroll 3
-        for (int v = 0; v < 3; v++) acc[r][v] = _mm256_setzero_ps();
-    for (int k = 0; k < kd; k++) {
-        __m256 b[3];
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) b[v] = _mm256_loadu_ps(w + (ptrdiff_t)k * n + 8 * v);
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            __m256 a = _mm256_broadcast_ss(x + (ptrdiff_t)r * kd + k);
-#pragma GCC unroll 3
-            for (int v = 0; v < nv; v++) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < nr; r++)
-#pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) _mm256_storeu_ps(y + (ptrdiff_t)r * n + 8 * v, acc[r][v]);
-}
-
-INLINE void mm_row_group(int nr, int kd, int n, const float *x, const float *w, float *y) {
-    int j = 0;
-    for (; j + 24 <= n; j += 24) mm_tile(nr, 3, kd, n, x, w + j, y + j);
-    if (j + 16 <= n) {
-        mm_tile(nr, 2, kd, n, x, w + j, y + j);
-        j += 16;
-    }
-    if (j + 8 <= n) mm_tile(nr, 1, kd, n, x, w + j, y + j);
-}
-
-static void matmul(int rows, int kd, int n, const float *x, const float *w, float *y) {
-    int r = 0;
-    for (; r + 4 <= rows; r += 4) mm_row_group(4, kd, n, x + (ptrdiff_t)r * kd, w, y + (ptrdiff_t)r * n);
-    for (; r < rows; r++) mm_row_group(1, kd, n, x + (ptrdiff_t)r * kd, w, y + (ptrdiff_t)r * n);
-}
-
-/* ---- out [kd, n] += x [rows, kd]^T @ g [rows, n]: 4 x 24 tiles of sums over the rows */
-INLINE void gram_tile(int nk, int nv, int rows, int kd, int n, const float *x, const float *g, float *out) {
+/* ---- products with 4 x 24 register tiles (12 sums for 4 broadcasts and 3 loads per step), then
+ * 16 and 8 columns, then single rows. A tile sums, over `steps` steps t, a[i * a_i + t * a_t]
+ * (broadcast, i < nr) times b[t * n + 8 v .. + 8] (v < nv) into out[i * n + 8 v], which it
+ * overwrites (ACCUMULATE 0) or adds to (1). The product x @ w and the gram x^T @ g are two strides
+ * of the same tile. */
+INLINE void tile(int accumulate, int nr, int nv, int steps, const float *a, ptrdiff_t a_i, ptrdiff_t a_t,
+                 const float *b, int n, float *out) {
     __m256 acc[4][3];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
 #pragma GCC unroll 3
         for (int v = 0; v < 3; v++) acc[i][v] = _mm256_setzero_ps();
-    for (int r = 0; r < rows; r++) {
-        __m256 b[3];
+    for (int t = 0; t < steps; t++) {
+        __m256 bv[3];
 #pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) b[v] = _mm256_loadu_ps(g + (ptrdiff_t)r * n + 8 * v);
+        for (int v = 0; v < nv; v++) bv[v] = _mm256_loadu_ps(b + (ptrdiff_t)t * n + 8 * v);
 #pragma GCC unroll 4
-        for (int i = 0; i < nk; i++) {
-            __m256 a = _mm256_broadcast_ss(x + (ptrdiff_t)r * kd + i);
+        for (int i = 0; i < nr; i++) {
+            __m256 av = _mm256_broadcast_ss(a + i * a_i + t * a_t);
 #pragma GCC unroll 3
-            for (int v = 0; v < nv; v++) acc[i][v] = _mm256_fmadd_ps(a, b[v], acc[i][v]);
+            for (int v = 0; v < nv; v++) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
         }
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < nk; i++)
+    for (int i = 0; i < nr; i++)
 #pragma GCC unroll 3
         for (int v = 0; v < nv; v++) {
             float *o = out + (ptrdiff_t)i * n + 8 * v;
-            _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), acc[i][v]));
+            _mm256_storeu_ps(o, accumulate ? _mm256_add_ps(_mm256_loadu_ps(o), acc[i][v]) : acc[i][v]);
         }
 }
 
-INLINE void gram_row_group(int nk, int rows, int kd, int n, const float *x, const float *g, float *out) {
+/* the tiles of nr output rows across all n columns (a multiple of 8) */
+INLINE void tile_row(int accumulate, int nr, int steps, const float *a, ptrdiff_t a_i, ptrdiff_t a_t,
+                     const float *b, int n, float *out) {
     int j = 0;
-    for (; j + 24 <= n; j += 24) gram_tile(nk, 3, rows, kd, n, x, g + j, out + j);
+    for (; j + 24 <= n; j += 24) tile(accumulate, nr, 3, steps, a, a_i, a_t, b + j, n, out + j);
     if (j + 16 <= n) {
-        gram_tile(nk, 2, rows, kd, n, x, g + j, out + j);
+        tile(accumulate, nr, 2, steps, a, a_i, a_t, b + j, n, out + j);
         j += 16;
     }
-    if (j + 8 <= n) gram_tile(nk, 1, rows, kd, n, x, g + j, out + j);
+    if (j + 8 <= n) tile(accumulate, nr, 1, steps, a, a_i, a_t, b + j, n, out + j);
 }
 
+/* y [rows, n] = x [rows, kd] @ w [kd, n], row-major */
+static void matmul(int rows, int kd, int n, const float *x, const float *w, float *y) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) tile_row(0, 4, kd, x + (ptrdiff_t)r * kd, kd, 1, w, n, y + (ptrdiff_t)r * n);
+    for (; r < rows; r++) tile_row(0, 1, kd, x + (ptrdiff_t)r * kd, kd, 1, w, n, y + (ptrdiff_t)r * n);
+}
+
+/* out [kd, n] += x [rows, kd]^T @ g [rows, n] */
 static void gram(int rows, int kd, int n, const float *x, const float *g, float *out) {
     int k = 0;
-    for (; k + 4 <= kd; k += 4) gram_row_group(4, rows, kd, n, x + k, g, out + (ptrdiff_t)k * n);
-    for (; k < kd; k++) gram_row_group(1, rows, kd, n, x + k, g, out + (ptrdiff_t)k * n);
+    for (; k + 4 <= kd; k += 4) tile_row(1, 4, rows, x + k, 1, kd, g, n, out + (ptrdiff_t)k * n);
+    for (; k < kd; k++) tile_row(1, 1, rows, x + k, 1, kd, g, n, out + (ptrdiff_t)k * n);
 }
 
 /* ---- max pools of one network's x [h, w, c]: over w (one per row) and over h (one per column),
