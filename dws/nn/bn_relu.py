@@ -4,7 +4,10 @@ PyTorch's ``[N, C]`` batch norm followed by an in-place ReLU makes five passes o
 forward (statistics, normalization, ReLU) and backward (the ReLU mask, batch norm's two passes),
 and keeps both its input and its output for the backward. :class:`BatchNormReLU` makes two passes
 each way (:mod:`dws.nn.native`) and keeps only the input: the backward recomputes the ReLU mask
-from it. Running statistics are updated exactly as ``nn.BatchNorm1d`` does.
+from it. It can add a DWS layer's row and column broadcast terms on the fly (see
+:mod:`dws.nn.pending`), and :class:`BatchNormReLUProduct` also computes the next DWS layer's
+identity product and max pools of its output without storing that output. Running statistics are
+updated (in the kernel) as ``nn.BatchNorm1d`` does.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import torch
 from torch.autograd.function import once_differentiable
 from torch import nn
 
-from dws.nn import native
+from dws.nn import native, native_pools
 
 Tensor = torch.Tensor
 
@@ -48,25 +51,22 @@ class BatchNormReLUProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y, row, col, gamma, beta, weight, eps, running, *dims_list):
         ctx.set_materialize_grads(False)
-        rows, columns = (2,) in dims_list, (1,) in dims_list
-        y_next, pool_row, pool_col, stats = native.bn_relu_product(y, row, col, gamma, beta, eps, running, weight,
-                                                                   rows, columns)
-        args = ([pool_row[1]] if rows else []) + ([pool_col[1]] if columns else [])
+        y_next, pool_row, pool_col, stats = native.bn_relu_product(
+            y, row, col, gamma, beta, eps, running, weight, native_pools.ROWS in dims_list,
+            native_pools.COLUMNS in dims_list)
+        pools, args = native_pools.split_pools(dims_list, pool_row, pool_col)
         ctx.save_for_backward(y, row, col, gamma, beta, weight, stats, *args)
         ctx.dims_list = dims_list
-        return (y_next, *((pool_row if d == (2,) else pool_col)[0] for d in dims_list))
+        return (y_next, *pools)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_y_next, *grad_pools):
         y, row, col, gamma, beta, weight, stats, *args = ctx.saved_tensors
-        grads = dict(zip(ctx.dims_list, grad_pools))
-        arg = dict(zip([d for d in ((2,), (1,)) if d in ctx.dims_list], args))
-        pool_row = (grads[(2,)], arg[(2,)]) if (2,) in arg else None
-        pool_col = (grads[(1,)], arg[(1,)]) if (1,) in arg else None
-        grad_y, grad_row, grad_col, grad_gamma, grad_beta, grad_weight = native.bn_relu_product_backward(
-            y, row, col, gamma, beta, stats, weight, grad_y_next, pool_row, pool_col, ctx.needs_input_grad[5])
-        return (grad_y, grad_row, grad_col, grad_gamma, grad_beta, grad_weight, None, None) + (None,) * len(ctx.dims_list)
+        pool_row, pool_col = native_pools.pool_gradients(ctx.dims_list, grad_pools, args)
+        grads = native.bn_relu_product_backward(y, row, col, gamma, beta, stats, weight, grad_y_next, pool_row,
+                                                pool_col, ctx.needs_input_grad[5])
+        return (*grads, None, None) + (None,) * len(ctx.dims_list)
 
 
 def native_applies(bn: nn.BatchNorm1d, y: Tensor, *terms: Tensor | None) -> bool:

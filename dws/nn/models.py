@@ -62,11 +62,12 @@ class EquivariantStack(nn.Sequential):
             fuse = isinstance(after, WSBatchNorm) and after.relu
             weights, biases = module.forward_parts(ws, pending=fuse, ready=ready)
             following = mods[i + 2] if fuse and i + 2 < len(mods) else None
-            if isinstance(following, DWSLayer):
-                ws, ready = after.forward_into(weights, biases, following)
+            if not fuse:
+                ws, ready, i = WeightSpace(tuple(weights), tuple(biases)), None, i + 1
+            elif isinstance(following, DWSLayer):
+                (ws, ready), i = after.forward_into(weights, biases, following), i + 2
             else:
-                ws, ready = after.forward_parts(weights, biases) if fuse else WeightSpace(tuple(weights), tuple(biases)), None
-            i += 2 if fuse else 1
+                ws, ready, i = after.forward_parts(weights, biases), None, i + 2
         return ws
 
 

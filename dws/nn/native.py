@@ -98,9 +98,10 @@ def pools_product_backward(x: Tensor | torch.Size, weight: Tensor | None, grad_y
     (g_row, a_row), (g_col, a_col) = (row or (None, None)), (col or (None, None))
     g_row = None if g_row is None else g_row.contiguous()
     g_col = None if g_col is None else g_col.contiguous()
+    x_ptr = None if weight is None else x.data_ptr()  # (x is read for the weight gradient only)
     library().dws_pools_product_backward(
-        B, H, W, ci, co, None if weight is None else x.data_ptr(), _ptr_of(weight_t), _ptr_of(grad_y), _ptr_of(g_row), _ptr_of(a_row),
-        _ptr_of(g_col), _ptr_of(a_col), _ptr_of(grad_x), _ptr_of(grad_w), torch.get_num_threads())
+        B, H, W, ci, co, x_ptr, _ptr_of(weight_t), _ptr_of(grad_y), _ptr_of(g_row), _ptr_of(a_row), _ptr_of(g_col),
+        _ptr_of(a_col), _ptr_of(grad_x), _ptr_of(grad_w), torch.get_num_threads())
     return grad_x, grad_w
 
 
@@ -118,8 +119,9 @@ def bn_relu(y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Tensor, be
             running: tuple[Tensor, Tensor, float] | None) -> tuple[Tensor, Tensor]:
     """``relu(batch_norm(v))`` with batch statistics over the channels (last axis) of ``v = y`` ([N, C])
     or ``v = y + row + col`` (``y`` [B, H, W, C], ``row`` [B, H, C] broadcast over W, ``col`` [B, W, C]
-    over H, either may be None): ``(z shaped like y, stats)``, ``stats`` [2, C] the mean and invstd. ``running`` is ``(running_mean,
-    running_var, factor)`` to update in place as ``nn.BatchNorm1d`` does, or None."""
+    over H, either may be None): ``(z shaped like y, stats)``, ``stats`` [2, C] the mean and invstd.
+    ``running`` is ``(running_mean, running_var, factor)`` to update in place as ``nn.BatchNorm1d``
+    does, or None."""
     networks, h, w, c = _groups(y)
     z = torch.empty_like(y)
     stats = y.new_empty(2, c)
@@ -139,8 +141,9 @@ def bn_relu_backward(y: Tensor, row: Tensor | None, col: Tensor | None, grad_z: 
     grad_row = None if row is None else torch.empty_like(row)
     grad_col = None if col is None else torch.empty_like(col)
     library().dws_bn_relu_backward(networks, h, w, c, y.data_ptr(), _ptr_of(row), _ptr_of(col), grad_z.data_ptr(),
-                                   gamma.data_ptr(), beta.data_ptr(), *_rows_of(stats), grad_y.data_ptr(), _ptr_of(grad_row), _ptr_of(grad_col), grad_gamma.data_ptr(),
-                                   grad_beta.data_ptr(), torch.get_num_threads())
+                                   gamma.data_ptr(), beta.data_ptr(), *_rows_of(stats), grad_y.data_ptr(),
+                                   _ptr_of(grad_row), _ptr_of(grad_col), grad_gamma.data_ptr(), grad_beta.data_ptr(),
+                                   torch.get_num_threads())
     return grad_y, grad_row, grad_col, grad_gamma, grad_beta
 
 

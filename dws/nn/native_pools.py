@@ -30,13 +30,11 @@ def applies(x: Tensor, weight: Tensor | None, dims_list) -> bool:
 
 def forward(ctx, x: Tensor, weight: Tensor | None, dims_list) -> tuple[Tensor, ...]:
     """``(x @ weight, *pools in dims_list order)``, or the pools alone when ``weight`` is None."""
-    rows, columns = ROWS in dims_list, COLUMNS in dims_list
-    y, row, col = native.pools_product(x, weight, rows, columns)
-    args = ([row[1]] if rows else []) + ([col[1]] if columns else [])
+    y, row, col = native.pools_product(x, weight, ROWS in dims_list, COLUMNS in dims_list)
+    pools, args = split_pools(dims_list, row, col)
     ctx.with_product = weight is not None
     ctx.save_for_backward(*((x, weight) if ctx.with_product else ()), *args)  # (pools alone: not x)
     ctx.dims_list, ctx.shape = dims_list, x.shape
-    pools = tuple((row if d == ROWS else col)[0] for d in dims_list)
     return pools if weight is None else (y, *pools)
 
 
@@ -47,9 +45,21 @@ def backward(ctx, grad_y: Tensor | None, grad_pools) -> tuple[Tensor | None, Ten
                            "set ZOO_NATIVE=0 (the PyTorch path) for higher-order gradients")
     saved = ctx.saved_tensors
     x, weight, args = (saved[0], saved[1], saved[2:]) if ctx.with_product else (ctx.shape, None, saved)
-    grads = dict(zip(ctx.dims_list, grad_pools))
-    arg = dict(zip([d for d in (ROWS, COLUMNS) if d in ctx.dims_list], args))
-    row = (grads[ROWS], arg[ROWS]) if ROWS in arg else None
-    col = (grads[COLUMNS], arg[COLUMNS]) if COLUMNS in arg else None
+    row, col = pool_gradients(ctx.dims_list, grad_pools, args)
     want_weight = weight is not None and ctx.needs_input_grad[1]
     return native.pools_product_backward(x, weight, grad_y, row, col, ctx.needs_input_grad[0], want_weight)
+
+
+def split_pools(dims_list, row, col) -> tuple[tuple[Tensor, ...], list[Tensor]]:
+    """From the kernels' ``(max, argmax)`` row and column pools (None where not taken): the maxima
+    in ``dims_list`` order (the node's outputs) and the argmaxes to save (rows first)."""
+    pools = tuple((row if d == ROWS else col)[0] for d in dims_list)
+    return pools, [p[1] for p in (row, col) if p is not None]
+
+
+def pool_gradients(dims_list, grad_pools, args):
+    """``(row, col)`` for the kernels' backward: ``(gradient or None, argmax)`` per pool taken, else
+    None; ``grad_pools`` in ``dims_list`` order, ``args`` as :func:`split_pools` saved them."""
+    grads = dict(zip(dims_list, grad_pools))
+    arg = dict(zip([d for d in (ROWS, COLUMNS) if d in dims_list], args))
+    return tuple((grads[d], arg[d]) if d in arg else None for d in (ROWS, COLUMNS))

@@ -42,7 +42,10 @@ class WSBatchNorm(nn.Module):
 
     Each tensor gets its own statistics because weights of different layers live on different
     scales; within a tensor all positions share them, which is what keeps the map equivariant.
-    With ``relu=True`` a ReLU follows (in place on the normalized output).
+    With ``relu=True`` a ReLU follows: in training mode on the native kernels one node
+    (:mod:`dws.nn.bn_relu`) that also takes a DWS layer's unadded broadcast terms
+    (:meth:`forward_parts`) and can compute the next layer's product (:meth:`forward_into`); else
+    in place on PyTorch's normalized output.
     """
 
     def __init__(self, num_layers: int, channels: int, relu: bool = False, **bn_kwargs):
@@ -102,12 +105,11 @@ class WSBatchNorm(nn.Module):
             if terms is not None and native_applies(bn, x.full, *terms):
                 return bn_relu_train(bn, x.full, *terms)  # the broadcast terms added on the fly
             x = x.resolve()
-        # PyTorch's own [N, C] batch norm: one statistics pass and one normalizing pass forward,
-        # two passes backward (measured 1.5x faster than a hand-written BN+ReLU autograd node).
-        # The ReLU runs in place on its fresh output: batch norm's backward needs only its input.
         flat = x.reshape(-1, x.shape[-1])
         if self.relu and native_applies(bn, flat):  # two passes each way instead of five
             return bn_relu_train(bn, flat).reshape(x.shape)
+        # Else PyTorch's own [N, C] batch norm, the ReLU in place on its fresh output (batch norm's
+        # backward needs only its input).
         if bn.training and flat.shape[0] == 1:  # one value per channel (b_M of a single network):
             out = flat * 0 + bn.bias  # centred it is 0, so BN gives beta; torch's BN would raise
         else:
