@@ -6,8 +6,11 @@ over memory: the channel-mixing product, two max pools, batch norm's statistics 
 the ReLU, and in the backward the ReLU mask, batch norm's two passes, the product's two gradients
 and the pools' scatter into a zero-filled buffer. The C kernels do the product, the pools and
 (backward) both gradients and the scatter one network at a time while its ``[H, W, C]`` block is in
-the core's L2 cache, and batch norm + ReLU in two passes each way, saving only batch norm's input.
-They run on PyTorch's OpenMP thread pool (see ``kernels.c``).
+the core's L2 cache, and batch norm + ReLU in two passes each way, saving only batch norm's input
+and adding the DWS layer's broadcast terms on the fly; one kernel pair also runs batch norm + ReLU
+and the next layer's product and pools without storing the normalized tensor. They run on PyTorch's OpenMP thread pool (see ``kernels.c``; a PyTorch built on another OpenMP
+runtime than GNU libgomp leaves them their own pool, with as many threads as
+``torch.get_num_threads()``).
 
 Used for float32 CPU tensors whose channel counts are multiples of 8, where the library could be
 built (:mod:`zoo.cbuild`: x86-64 with AVX2 and FMA, a C compiler, ``ZOO_NATIVE`` not ``0``);
