@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import pytest
+import torch.nn.utils.prune
 import torch
 
-from dws import DWSNetEquivariant, DWSNetInvariant
+from dws import DWSNetEquivariant, DWSNetInvariant, WeightSpace
 from dws.nn import WSBatchNorm, native
 from dws.nn.bn_relu import BatchNormReLUProduct, bn_relu_train, native_applies
 from dws.nn.models import EquivariantStack
@@ -149,20 +150,21 @@ def _counting(monkeypatch, names):
 
 
 @needs_native
+@pytest.mark.parametrize("blocks", ["all", "W2W+B2B", "W2W", "diagonal"])
 @pytest.mark.parametrize("seed", range(6))
-def test_whole_models_match_the_torch_path(seed, torch_path, monkeypatch):
+def test_whole_models_match_the_torch_path(seed, blocks, torch_path, monkeypatch):
     """Two training steps of float32 DWSNets (invariant and equivariant with batch norm) on random
-    architectures with M = 3..5 and channel counts multiples of 8: outputs, every parameter's
-    gradient and the running statistics agree with the PyTorch path, and every native kernel,
-    the fused batch norm + next product among them, was used."""
+    architectures with M = 3..5, channel counts multiples of 8, and the ablations: outputs, every
+    parameter's gradient and the running statistics agree with the PyTorch path, and (with all
+    blocks) every native kernel, the fused batch norm + next product among them, was used."""
     gen = torch.Generator().manual_seed(seed)
     depth = 3 + seed % 3
     widths = tuple(int(d) for d in torch.randint(1, 7, (depth + 1,), generator=gen))
     channels = [8 * int(c) for c in torch.randint(1, 3, (3,), generator=gen)]
     torch.manual_seed(seed)
-    model = (DWSNetInvariant(widths, 4, hidden_channels=channels, num_layers=3) if seed % 2 == 0
-             else DWSNetEquivariant(widths, hidden_channels=channels[:2], num_layers=3, bn=True))
-    calls = _counting(monkeypatch, ["pools_product", "bn_relu", "bn_relu_product"])
+    model = (DWSNetInvariant(widths, 4, hidden_channels=channels, num_layers=3, blocks=blocks) if seed % 2 == 0
+             else DWSNetEquivariant(widths, hidden_channels=channels[:2], num_layers=3, bn=True, blocks=blocks))
+    calls = _counting(monkeypatch, ["pools_product", "bn_relu", "bn_relu_product"] if blocks == "all" else [])
     results = []
     for switch in (lambda: None, torch_path):
         switch()
@@ -173,7 +175,7 @@ def test_whole_models_match_the_torch_path(seed, torch_path, monkeypatch):
             out = mod(ws)
             flat = out if isinstance(out, torch.Tensor) else out.flatten()
             loss = (flat * torch.linspace(-1, 1, flat.numel()).reshape(flat.shape)).sum()
-            grads.append(torch.autograd.grad(loss, list(mod.parameters())))
+            grads.append(torch.autograd.grad(loss, list(mod.parameters()), allow_unused=True))  # (ablations)
             outs.append(flat)
         results.append((outs, grads, mod.state_dict()))
         if switch is not torch_path:
@@ -183,7 +185,8 @@ def test_whole_models_match_the_torch_path(seed, torch_path, monkeypatch):
         assert torch.allclose(o, e, atol=1e-4, rtol=1e-4)
     for gs, es in zip(grads, want_grads):
         for g, e in zip(gs, es):
-            assert torch.allclose(g, e, atol=1e-4, rtol=1e-3)
+            assert (g is None) == (e is None)
+            assert g is None or torch.allclose(g, e, atol=1e-4, rtol=1e-3)
     for key in state:
         assert torch.allclose(state[key].float(), want_state[key].float(), atol=1e-5, rtol=1e-4), key
 
@@ -324,3 +327,60 @@ def test_double_backward_is_refused_clearly():
     (grad,) = torch.autograd.grad(bn_relu_train(torch.nn.BatchNorm1d(8), y).pow(2).sum(), y, create_graph=True)
     with pytest.raises(RuntimeError):
         grad.sum().backward()
+
+
+@needs_native
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_and_inf_propagate_as_in_pytorch(bad, torch_path):
+    """A non-finite entry makes batch norm's outputs and running statistics of its channel NaN, as
+    PyTorch's do (instead of a ReLU quietly turning it into zeros), through the plain node, the
+    fused node and a whole model."""
+    x = torch.randn(6, 8)
+    x[0, 0] = bad
+    bn = torch.nn.BatchNorm1d(8)
+    out = bn_relu_train(bn, x.clone().requires_grad_())
+    assert out[:, 0].isnan().all() and out[:, 1:].isfinite().all()
+    assert bn.running_mean[0].isnan() and bn.running_var[0].isnan()
+    widths = (2, 8, 8, 1)
+    ws = WeightSpace.unflatten(torch.randn(3, 2 * 8 + 8 * 8 + 8 + 8 + 8 + 1), widths)
+    ws.weights[1][1, 2, 3] = bad
+    results = []
+    for switch in (lambda: None, torch_path):
+        switch()
+        torch.manual_seed(0)
+        out = DWSNetInvariant(widths, 3, hidden_channels=16, num_layers=2)(ws)
+        results.append(out.isnan())
+    assert results[0].all() and torch.equal(results[0], results[1])
+
+
+@needs_native
+def test_hooked_or_subclassed_modules_are_called(monkeypatch):
+    """Forward hooks, pre-hooks (pruning's) and subclasses of the modules a fused path would bypass
+    make it call them instead, as an ``nn.Sequential`` would."""
+    widths = (2, 8, 8, 1)
+    ws = WeightSpace.unflatten(torch.randn(4, 2 * 8 + 8 * 8 + 8 + 8 + 8 + 1), widths)
+    torch.manual_seed(0)
+    model = DWSNetInvariant(widths, 3, hidden_channels=16, num_layers=3)
+    calls = []
+    for module in (model.encoder[0], model.encoder[1], model.encoder[1].weight_norms[1]):
+        module.register_forward_hook(lambda *args: calls.append(1))
+    model(ws)
+    assert len(calls) == 3  # each hooked module ran exactly once
+    pruned = copy.deepcopy(model)
+    torch.nn.utils.prune.l1_unstructured(pruned.encoder[3].weight_norms[1], "weight", amount=0.5)
+    opt = torch.optim.SGD(pruned.parameters(), lr=0.1)
+    for _ in range(2):  # the pre-hook recomputes the pruned weight every call
+        opt.zero_grad()
+        pruned(ws).square().sum().backward()
+        opt.step()
+
+    class ScaledBatchNorm(torch.nn.BatchNorm1d):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    scaled = copy.deepcopy(model)
+    scaled.encoder[1].weight_norms[1] = ScaledBatchNorm(16)
+    reference = copy.deepcopy(scaled)
+    got = scaled(ws)
+    monkeypatch.setattr(native, "usable", lambda *tensors, channels: False)
+    assert torch.allclose(got, reference(ws), atol=1e-4, rtol=1e-4)  # the subclass's forward ran

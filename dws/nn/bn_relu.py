@@ -17,6 +17,7 @@ from torch.autograd.function import once_differentiable
 from torch import nn
 
 from dws.nn import native, native_pools
+from dws.nn.fusable import fusable
 
 Tensor = torch.Tensor
 
@@ -72,11 +73,12 @@ class BatchNormReLUProduct(torch.autograd.Function):
 def native_applies(bn: nn.BatchNorm1d, y: Tensor, *terms: Tensor | None) -> bool:
     """Whether :func:`bn_relu_train` can replace ``relu(bn(v))`` for ``v = y`` (``[N, C]``) or
     ``y + row + col`` (``y`` ``[B, H, W, C]``, ``terms`` its row and column terms): training mode
-    with batch statistics, affine, at least two rows, and what the native kernels take."""
+    with batch statistics, affine, at least two rows, a plain ``BatchNorm1d`` without hooks (see
+    :mod:`dws.nn.fusable`), and what the native kernels take."""
     rows = y.numel() // max(y.shape[-1], 1)
     present = [t for t in terms if t is not None]
     return (
-        bn.training and bn.affine and rows >= 2 and y.dim() == (4 if terms else 2)
+        bn.training and bn.affine and rows >= 2 and y.dim() == (4 if terms else 2) and fusable(bn, nn.BatchNorm1d)
         and native.usable(y, bn.weight, bn.bias, *present, *_buffers(bn), channels=(y.shape[-1],))
     )
 

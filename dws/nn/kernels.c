@@ -291,6 +291,13 @@ INLINE __m256 input_value(const Input *in, ptrdiff_t g, int j, int ch) {
     return v;
 }
 
+/* ReLU and its gradient's mask with PyTorch's NaN behaviour: relu(NaN) = NaN (max returns its
+ * second operand when either is NaN), and the gradient passes where u is NaN (threshold_backward
+ * zeroes it only where u <= 0) */
+INLINE __m256 relu(__m256 u) { return _mm256_max_ps(_mm256_setzero_ps(), u); }
+
+INLINE __m256 relu_mask(__m256 u) { return _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_NLE_UQ); }
+
 enum { SUMS_MOMENTS, SUMS_BACKWARD };
 
 /* over groups [g0, g1) and channel vectors [ch, ch + 8 nv): MOMENTS adds sum(v - ref) and
@@ -319,7 +326,7 @@ INLINE void channel_sums(int kind, int nv, const Input *in, ptrdiff_t g0, ptrdif
                 } else {
                     __m256 u = _mm256_fmadd_ps(x, sc[v], sh[v]);
                     __m256 gu = _mm256_and_ps(_mm256_loadu_ps(gz + (g * in->w + j) * c + ch + 8 * v),
-                                              _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ));
+                                              relu_mask(u));
                     s1[v] = _mm256_add_ps(s1[v], gu);
                     s2[v] = _mm256_fmadd_ps(gu, d, s2[v]);
                 }
@@ -396,7 +403,7 @@ static void bn_statistics(const Input *in, const float *gamma, const float *beta
     all_channel_sums(SUMS_MOMENTS, in, NULL, ref, NULL, NULL, sums, threads); /* centred on the first row */
     for (int k = 0; k < c; k++) {
         double m = sums[k] / n, v = sums[c + k] / n - m * m;
-        v = v > 0 ? v : 0;
+        if (v < 0) v = 0; /* (rounding; a NaN stays NaN, as in PyTorch) */
         mean[k] = (float)(ref[k] + m);
         invstd[k] = (float)(1.0 / __builtin_sqrt(v + eps));
         f->scale[k] = gamma[k] * invstd[k];
@@ -427,7 +434,7 @@ static void normalize_relu(const Input *in, ptrdiff_t g0, ptrdiff_t g1, const Af
             for (int ch = 0; ch < c; ch += 8) {
                 __m256 u = _mm256_fmadd_ps(input_value(in, g, j, ch), _mm256_loadu_ps(f->scale + ch),
                                            _mm256_loadu_ps(f->shift + ch));
-                _mm256_storeu_ps(z + ((g - g0) * w + j) * c + ch, _mm256_max_ps(u, _mm256_setzero_ps()));
+                _mm256_storeu_ps(z + ((g - g0) * w + j) * c + ch, relu(u));
             }
 }
 
@@ -457,7 +464,7 @@ static void bn_input_grad(const Input *in, ptrdiff_t g0, ptrdiff_t g1, const flo
                 __m256 x = input_value(in, g, j, ch), sc = _mm256_loadu_ps(f->scale + ch);
                 __m256 u = _mm256_fmadd_ps(x, sc, _mm256_loadu_ps(f->shift + ch));
                 ptrdiff_t at = (g * w + j) * c + ch;
-                __m256 gu = _mm256_and_ps(_mm256_loadu_ps(grad_z + at), _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ));
+                __m256 gu = _mm256_and_ps(_mm256_loadu_ps(grad_z + at), relu_mask(u));
                 __m256 d = _mm256_sub_ps(x, _mm256_loadu_ps(mean + ch));
                 __m256 gv = _mm256_fnmadd_ps(d, _mm256_loadu_ps(f->b + ch), _mm256_fmsub_ps(gu, sc, _mm256_loadu_ps(f->a + ch)));
                 _mm256_storeu_ps(grad_y + at, gv);

@@ -136,7 +136,7 @@ class DWSLayer(nn.Module):
         identity product and max pools share one node: ``(the product's matrix, the pooled dims)``
         (what an upstream module computes for :meth:`forward_parts`' ``ready``); else None."""
         for i, slot in self._fused_identity.items():
-            if slot.layer - 1 == index:
+            if slot.kind == "weight" and slot.layer - 1 == index:  # (ablations also fuse biases' nodes)
                 return self.group_weights[i], [(d,) for d in self._direct_pools[slot].values()]
         return None
 
@@ -152,7 +152,7 @@ class DWSLayer(nn.Module):
         products: dict[int, Tensor] = {}
         for i, slot in self._fused_identity.items():
             pools = self._direct_pools[slot]  # {kept: pooled dim}
-            if ready and slot.layer - 1 in ready:
+            if ready and slot.kind == "weight" and slot.layer - 1 in ready:
                 products[i], outs = ready[slot.layer - 1]
             else:
                 dims = ((d,) for d in pools.values())

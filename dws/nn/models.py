@@ -7,6 +7,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from dws.nn.fusable import fusable
 from dws.nn.invariant import DWSInvariantLayer
 from dws.nn.layer import DWSLayer
 from dws.nn.pointwise import WSBatchNorm, activation_block
@@ -48,6 +49,8 @@ class EquivariantStack(nn.Sequential):
     * when the next module is again a DWS layer, that batch norm + ReLU also computes the next
       layer's identity product and max pools of each weight between two hidden layers
       (:meth:`WSBatchNorm.forward_into`), so the normalized tensor is never written or read back.
+
+    Modules with hooks or of a subclass are called as in an ``nn.Sequential`` (:mod:`dws.nn.fusable`).
     """
 
     def forward(self, ws: WeightSpace) -> WeightSpace:
@@ -56,15 +59,15 @@ class EquivariantStack(nn.Sequential):
         i = 0
         while i < len(mods):
             module, after = mods[i], mods[i + 1] if i + 1 < len(mods) else None
-            if not isinstance(module, DWSLayer):
+            if not fusable(module, DWSLayer):  # (ready is only prepared for a fusable DWS layer)
                 ws, i = module(ws), i + 1
                 continue
-            fuse = isinstance(after, WSBatchNorm) and after.relu
+            fuse = fusable(after, WSBatchNorm) and after.relu
             weights, biases = module.forward_parts(ws, pending=fuse, ready=ready)
             following = mods[i + 2] if fuse and i + 2 < len(mods) else None
             if not fuse:
                 ws, ready, i = WeightSpace(tuple(weights), tuple(biases)), None, i + 1
-            elif isinstance(following, DWSLayer):
+            elif fusable(following, DWSLayer):
                 (ws, ready), i = after.forward_into(weights, biases, following), i + 2
             else:
                 ws, ready, i = after.forward_parts(weights, biases), None, i + 2
