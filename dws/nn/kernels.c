@@ -1,13 +1,15 @@
 /* Native CPU kernels for the largest tensors of a DWSNet training step (AVX2 + FMA, OpenMP).
  *
- * Built and loaded by dws/nn/native.py, which documents why they exist. Two operations:
+ * Built and loaded by dws/nn/native.py, which documents why they exist. Three operations:
  *   - a hidden weight's channel-mixing product and its row and column max pools
  *     (dws.nn.identity.MatmulAndMaxPools), forward and backward, one network at a time so that
  *     the network's [H, W, C] block stays in the core's L2 cache between the pools, the product
  *     and (backward) the input gradient, the weight gradient and the pools' scatter;
  *   - batch norm (training mode, batch statistics) followed by ReLU over [N, C]
  *     (dws.nn.bn_relu), forward and backward, two passes each way, with the DWS layer's row and
- *     column broadcast terms of a hidden weight added on the fly.
+ *     column broadcast terms of a hidden weight added on the fly;
+ *   - the two together: batch norm + ReLU of one DWS layer's hidden weight and the next layer's
+ *     pools and product of the result, which is never stored (dws.nn.bn_relu.BatchNormReLUProduct).
  * Layout: float32, C-contiguous, channels last. Requirement (checked by the caller): every
  * channel count a multiple of 8. Loops are parallel with OpenMP; loaded into a PyTorch process the
  * library resolves libgomp to PyTorch's copy, so it runs on PyTorch's own thread pool.
@@ -27,8 +29,8 @@
 /* ---- products with 4 x 24 register tiles (12 sums for 4 broadcasts and 3 loads per step), then
  * 16 and 8 columns, then single rows. A tile sums, over `steps` steps t, a[i * a_i + t * a_t]
  * (broadcast, i < nr) times b[t * n + 8 v .. + 8] (v < nv) into out[i * n + 8 v], which it
- * overwrites (ACCUMULATE 0) or adds to (1). The product x @ w and the gram x^T @ g are two strides
- * of the same tile. */
+ * overwrites (accumulate = 0) or adds to (accumulate = 1). The product x @ w and the gram x^T @ g
+ * are two strides of the same tile. */
 INLINE void tile(int accumulate, int nr, int nv, int steps, const float *a, ptrdiff_t a_i, ptrdiff_t a_t,
                  const float *b, int n, float *out) {
     __m256 acc[4][3];

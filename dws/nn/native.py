@@ -8,9 +8,9 @@ and the pools' scatter into a zero-filled buffer. The C kernels do the product, 
 (backward) both gradients and the scatter one network at a time while its ``[H, W, C]`` block is in
 the core's L2 cache, and batch norm + ReLU in two passes each way, saving only batch norm's input
 and adding the DWS layer's broadcast terms on the fly; one kernel pair also runs batch norm + ReLU
-and the next layer's product and pools without storing the normalized tensor. They run on PyTorch's OpenMP thread pool (see ``kernels.c``; a PyTorch built on another OpenMP
-runtime than GNU libgomp leaves them their own pool, with as many threads as
-``torch.get_num_threads()``).
+and the next layer's product and pools without storing the normalized tensor. They run on
+PyTorch's OpenMP thread pool (see ``kernels.c``; a PyTorch built on another OpenMP runtime than
+GNU libgomp leaves them their own pool, with as many threads as ``torch.get_num_threads()``).
 
 Used for float32 CPU tensors whose channel counts are multiples of 8, where the library could be
 built (:mod:`zoo.cbuild`: x86-64 with AVX2 and FMA, a C compiler, ``ZOO_NATIVE`` not ``0``);
@@ -70,6 +70,28 @@ def _ptr_of(t: Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
+def _pool_outputs(like: Tensor, c: int, rows: bool, columns: bool):
+    """Empty (max, int32 argmax) pairs for the row pools ([B, H, C]) and the column pools ([B, W, C]),
+    None where not taken."""
+    B, H, W = like.shape[:3]
+    row = (like.new_empty(B, H, c), torch.empty(B, H, c, dtype=torch.int32)) if rows else None
+    col = (like.new_empty(B, W, c), torch.empty(B, W, c, dtype=torch.int32)) if columns else None
+    return row, col
+
+
+def _contiguous_grads(pool):
+    """A pool's ``(gradient or None, argmax)`` with the gradient made contiguous (bound to the returned
+    pair: a temporary's memory could be freed before the kernel call); None stays None."""
+    if pool is None or pool[0] is None:
+        return pool
+    return pool[0].contiguous(), pool[1]
+
+
+def _pool_pointers(row, col) -> tuple:
+    """The four addresses (row max or gradient, row argmax, column ..., column argmax) a kernel takes."""
+    return tuple(_ptr_of(t) for pool in (row, col) for t in (pool or (None, None)))
+
+
 def pools_product(x: Tensor, weight: Tensor | None, rows: bool, columns: bool):
     """``x`` [B, H, W, Ci] -> ``(x @ weight, (max over W, its argmax) or None, (max over H, argmax) or None)``;
     argmaxes are int32 indices along the pooled axis. With ``weight`` None, the pools alone (the
@@ -77,11 +99,10 @@ def pools_product(x: Tensor, weight: Tensor | None, rows: bool, columns: bool):
     B, H, W, ci = x.shape
     co = 0 if weight is None else weight.shape[1]
     y = None if weight is None else x.new_empty(B, H, W, co)
-    row = (x.new_empty(B, H, ci), torch.empty(B, H, ci, dtype=torch.int32)) if rows else (None, None)
-    col = (x.new_empty(B, W, ci), torch.empty(B, W, ci, dtype=torch.int32)) if columns else (None, None)
+    row, col = _pool_outputs(x, ci, rows, columns)
     library().dws_pools_product(B, H, W, ci, co, x.data_ptr(), _ptr_of(weight), _ptr_of(y),
-                                *map(_ptr_of, row + col), torch.get_num_threads())
-    return y, (row if rows else None), (col if columns else None)
+                                *_pool_pointers(row, col), torch.get_num_threads())
+    return y, row, col
 
 
 def pools_product_backward(x: Tensor | torch.Size, weight: Tensor | None, grad_y: Tensor | None, row, col,
@@ -98,13 +119,11 @@ def pools_product_backward(x: Tensor | torch.Size, weight: Tensor | None, grad_y
     # (contiguous copies are bound to names: a temporary's memory could be freed before the call)
     grad_y = None if grad_y is None else grad_y.contiguous()
     weight_t = None if weight is None else weight.t().contiguous()
-    (g_row, a_row), (g_col, a_col) = (row or (None, None)), (col or (None, None))
-    g_row = None if g_row is None else g_row.contiguous()
-    g_col = None if g_col is None else g_col.contiguous()
+    row, col = _contiguous_grads(row), _contiguous_grads(col)
     x_ptr = None if weight is None else x.data_ptr()  # (x is read for the weight gradient only)
     library().dws_pools_product_backward(
-        B, H, W, ci, co, x_ptr, _ptr_of(weight_t), _ptr_of(grad_y), _ptr_of(g_row), _ptr_of(a_row), _ptr_of(g_col),
-        _ptr_of(a_col), _ptr_of(grad_x), _ptr_of(grad_w), torch.get_num_threads())
+        B, H, W, ci, co, x_ptr, _ptr_of(weight_t), _ptr_of(grad_y), *_pool_pointers(row, col), _ptr_of(grad_x),
+        _ptr_of(grad_w), torch.get_num_threads())
     return grad_x, grad_w
 
 
@@ -150,14 +169,6 @@ def bn_relu_backward(y: Tensor, row: Tensor | None, col: Tensor | None, grad_z: 
     return grad_y, grad_row, grad_col, grad_gamma, grad_beta
 
 
-def _pool_outputs(like: Tensor, n: int, rows: bool, columns: bool):
-    """Empty (max, int32 argmax) pairs for the row pools ([B, H, C]) and the column pools ([B, W, C])."""
-    B, H, W, c = like.shape[0], like.shape[1], like.shape[2], n
-    row = (like.new_empty(B, H, c), torch.empty(B, H, c, dtype=torch.int32)) if rows else None
-    col = (like.new_empty(B, W, c), torch.empty(B, W, c, dtype=torch.int32)) if columns else None
-    return row, col
-
-
 def bn_relu_product(y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Tensor, beta: Tensor, eps: float,
                     running: tuple[Tensor, Tensor, float] | None, weight: Tensor, rows: bool, columns: bool):
     """:func:`bn_relu` of ``y + row + col`` (``[B, H, W, C]``) followed by :func:`pools_product` of the
@@ -172,8 +183,7 @@ def bn_relu_product(y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Te
     library().dws_bn_relu_product_forward(
         networks, h, w, c, y.data_ptr(), _ptr_of(row), _ptr_of(col), gamma.data_ptr(), beta.data_ptr(), eps,
         *_rows_of(stats), _ptr_of(running_mean), _ptr_of(running_var), factor, co,
-        weight.data_ptr(), y_next.data_ptr(), *map(_ptr_of, (pool_row or (None, None)) + (pool_col or (None, None))),
-        torch.get_num_threads())
+        weight.data_ptr(), y_next.data_ptr(), *_pool_pointers(pool_row, pool_col), torch.get_num_threads())
     return y_next, pool_row, pool_col, stats
 
 
@@ -186,16 +196,14 @@ def bn_relu_product_backward(y: Tensor, row: Tensor | None, col: Tensor | None, 
     co = weight.shape[1]
     grad_y_next = None if grad_y_next is None else grad_y_next.contiguous()
     weight_t = weight.t().contiguous()
-    (g_row, a_row), (g_col, a_col) = (pool_row or (None, None)), (pool_col or (None, None))
-    g_row = None if g_row is None else g_row.contiguous()
-    g_col = None if g_col is None else g_col.contiguous()
+    pool_row, pool_col = _contiguous_grads(pool_row), _contiguous_grads(pool_col)
     grad_y, grad_gamma, grad_beta = torch.empty_like(y), gamma.new_empty(c), gamma.new_empty(c)
     grad_row = None if row is None else torch.empty_like(row)
     grad_col = None if col is None else torch.empty_like(col)
     grad_w = weight.new_empty(c, co) if want_weight and grad_y_next is not None else None
     library().dws_bn_relu_product_backward(
         networks, h, w, c, y.data_ptr(), _ptr_of(row), _ptr_of(col), gamma.data_ptr(), beta.data_ptr(),
-        *_rows_of(stats), co, weight_t.data_ptr(), _ptr_of(grad_y_next), _ptr_of(g_row),
-        _ptr_of(a_row), _ptr_of(g_col), _ptr_of(a_col), grad_y.data_ptr(), _ptr_of(grad_row), _ptr_of(grad_col),
-        grad_gamma.data_ptr(), grad_beta.data_ptr(), _ptr_of(grad_w), torch.get_num_threads())
+        *_rows_of(stats), co, weight_t.data_ptr(), _ptr_of(grad_y_next), *_pool_pointers(pool_row, pool_col),
+        grad_y.data_ptr(), _ptr_of(grad_row), _ptr_of(grad_col), grad_gamma.data_ptr(), grad_beta.data_ptr(),
+        _ptr_of(grad_w), torch.get_num_threads())
     return grad_y, grad_row, grad_col, grad_gamma, grad_beta, grad_w

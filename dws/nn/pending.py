@@ -10,7 +10,7 @@ output as a :class:`PendingSum`. Everything else gets the resolved tensor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,6 +23,7 @@ class PendingSum:
 
     full: Tensor
     terms: list[Tensor]
+    _split: tuple | None = field(default=None, init=False, repr=False)  # row_and_column's, once computed
 
     def resolve(self) -> Tensor:
         """The sum, added in place into ``full`` (what the layer does when nothing fuses it)."""
@@ -33,7 +34,13 @@ class PendingSum:
     def row_and_column(self) -> tuple[Tensor | None, Tensor | None] | None:
         """For a ``[B, H, W, C]`` ``full`` whose terms each broadcast over W (shape ``[B|1, H|1, 1, C]``:
         summed into a row term ``[B, H, C]``) or over H (``[B|1, 1, W, C]``: a column term
-        ``[B, W, C]``), those two sums (None where there is no such term); None for other terms."""
+        ``[B, W, C]``), those two sums (None where there is no such term); None for other terms.
+        Computed once (a fused path that declines leaves it for the batch norm's own path)."""
+        if self._split is None:
+            self._split = (self._row_and_column(),)
+        return self._split[0]
+
+    def _row_and_column(self):
         if self.full.dim() != 4:
             return None
         B, H, W, C = self.full.shape
