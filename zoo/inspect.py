@@ -10,6 +10,7 @@ import torch
 from .fit.siren import SirenSpec, forward
 from .sources.grids import image_grid, sine_grid
 from .store import WeightStore
+from .store.format import layers_from_arrays
 
 
 def spec_of(store: WeightStore) -> SirenSpec:
@@ -54,8 +55,8 @@ def decode(store: WeightStore, indices) -> np.ndarray:
     """Signals of networks ``indices`` on the store's coordinate grid: ``[n, P, d_out]``."""
     spec = spec_of(store)
     rows = [store.read(i, i + 1) for i in indices]
-    weights = [torch.from_numpy(np.concatenate([r[f"W{m}"] for r in rows])) for m in range(1, spec.num_layers + 1)]
-    biases = [torch.from_numpy(np.concatenate([r[f"b{m}"] for r in rows])) for m in range(1, spec.num_layers + 1)]
+    weights, biases = layers_from_arrays({name: torch.from_numpy(np.concatenate([r[name] for r in rows]))
+                                          for name in store.parameter_names})
     coords = coordinates(store)
     with torch.no_grad():
         return forward(spec, weights, biases, coords).numpy()

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from dws.weightspace import WeightSpace
+from zoo.store.format import arrays_from_layers, layers_from_arrays
 
 Tensor = torch.Tensor
 
@@ -57,11 +58,18 @@ class Batch:
 
 
 def weightspace_from_arrays(arrays: dict[str, np.ndarray]) -> WeightSpace:
-    """The store's ``W1, b1, ..., WM, bM`` arrays (``WeightStore.read``) as a :class:`WeightSpace`."""
-    num_layers = len(arrays) // 2
-    weights = tuple(torch.from_numpy(np.ascontiguousarray(arrays[f"W{m}"])) for m in range(1, num_layers + 1))
-    biases = tuple(torch.from_numpy(np.ascontiguousarray(arrays[f"b{m}"])) for m in range(1, num_layers + 1))
-    return WeightSpace(weights, biases)
+    """A store's parameter arrays (``WeightStore.read``) as a :class:`WeightSpace` (sharing memory)."""
+    weights, biases = layers_from_arrays(arrays)
+    return WeightSpace(tuple(torch.from_numpy(np.ascontiguousarray(w)) for w in weights),
+                       tuple(torch.from_numpy(np.ascontiguousarray(b)) for b in biases))
+
+
+def arrays_from_weightspace(ws: WeightSpace) -> dict[str, np.ndarray]:
+    """The inverse: parameter arrays ``[B, ...]`` to write into a store (without a channel dimension)."""
+    if ws.has_channels:
+        raise ValueError("a store holds weights without a channel dimension")
+    return arrays_from_layers([w.detach().cpu().numpy() for w in ws.weights],
+                              [b.detach().cpu().numpy() for b in ws.biases])
 
 
 def rebatch(blocks, batch_size: int, drop_last: bool):

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from dws.weightspace import WeightSpace
-from zoo.store import StoreError, WeightStore
+from zoo.store import WeightStore
+from zoo.store.format import layers_from_arrays
 
 
 @dataclass(frozen=True)
@@ -24,19 +25,14 @@ class Normalizer:
 
     @classmethod
     def from_stats(cls, stats: dict) -> "Normalizer":
-        num_layers = len(stats) // 2
-        missing = [n for m in range(1, num_layers + 1) for n in (f"W{m}", f"b{m}") if n not in stats]
-        if missing or len(stats) != 2 * num_layers:
-            raise StoreError(f"statistics must name W1, b1, ..., WM, bM; got {sorted(stats)}")
+        """From ``{name: (mean, std)}`` per parameter array (``WeightStore.stats()`` or a checkpoint's)."""
+        weights, biases = layers_from_arrays(stats)
 
         def part(k: int) -> WeightSpace:
-            def get(name):
-                return torch.as_tensor(stats[name][k], dtype=torch.float32).unsqueeze(0)
+            def get(pair):
+                return torch.as_tensor(pair[k], dtype=torch.float32).unsqueeze(0)
 
-            return WeightSpace(
-                tuple(get(f"W{m}") for m in range(1, num_layers + 1)),
-                tuple(get(f"b{m}") for m in range(1, num_layers + 1)),
-            )
+            return WeightSpace(tuple(map(get, weights)), tuple(map(get, biases)))
 
         return cls(part(0), part(1))
 

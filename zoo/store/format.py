@@ -11,6 +11,8 @@ A store is a directory (see ``docs/store-format.md``)::
 
 from __future__ import annotations
 
+from typing import Mapping, Sequence, TypeVar
+
 FORMAT_NAME = "weightzoo-store"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -39,6 +41,31 @@ def parameter_shapes(widths) -> dict[str, tuple[int, ...]]:
         shapes[weight_name(m)] = (d_out, d_in)
         shapes[bias_name(m)] = (d_out,)
     return shapes
+
+
+T = TypeVar("T")
+
+
+def layers_from_arrays(arrays: Mapping[str, T]) -> tuple[list[T], list[T]]:
+    """``{W1, b1, ..., WM, bM}`` -> ``([W1, ..., WM], [b1, ..., bM])``: the one place that reads the
+    parameter names. Any values (arrays, ``(mean, std)`` pairs); :class:`StoreError` if the names are
+    not exactly those of an M-layer network."""
+    num_layers = len(arrays) // 2
+    expected = [name for m in range(1, num_layers + 1) for name in (weight_name(m), bias_name(m))]
+    if num_layers == 0 or sorted(arrays) != sorted(expected):
+        raise StoreError(f"parameters must be named W1, b1, ..., WM, bM; got {sorted(arrays)}")
+    return ([arrays[weight_name(m)] for m in range(1, num_layers + 1)],
+            [arrays[bias_name(m)] for m in range(1, num_layers + 1)])
+
+
+def arrays_from_layers(weights: Sequence[T], biases: Sequence[T]) -> dict[str, T]:
+    """The inverse of :func:`layers_from_arrays`, in storage order ``W1, b1, W2, b2, ...``."""
+    if len(weights) != len(biases) or not weights:
+        raise ValueError(f"need one bias per weight matrix, got {len(weights)} weights and {len(biases)} biases")
+    arrays = {}
+    for m, (w, b) in enumerate(zip(weights, biases), start=1):
+        arrays[weight_name(m)], arrays[bias_name(m)] = w, b
+    return arrays
 
 
 def fragment_name(chunk: int) -> str:
