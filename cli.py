@@ -7,6 +7,9 @@ from pathlib import Path
 
 import click
 
+from dws.tasks.options import DEFAULTS as TRAIN
+from dws.tasks.options import MODELS, TASKS, TrainOptions
+
 
 class _ExpectedErrors(click.Group):
     """Show data/store/argument errors as one clear line instead of a traceback."""
@@ -138,35 +141,43 @@ def show(store, out, count, data_root):
 
 @main.command()
 @click.argument("store", type=STORE)
-@click.option("--model", type=click.Choice(["dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer"]),
-              default="dwsnet", show_default=True)
-@click.option("--task", type=click.Choice(["classify", "regress", "ssl"]), default="classify", show_default=True)
-@click.option("--target", default=None, help="Store column(s) to predict (default: the task's).")
-@click.option("--out", default=None, type=click.Path(file_okay=False), help="Run directory (default runs/STORE-MODEL-TASK).")
-@click.option("--epochs", type=int, default=10, show_default=True)
-@click.option("--batch-size", type=int, default=512, show_default=True)
-@click.option("--lr", type=float, default=None, help="Learning rate; default: choose from {5e-3, 1e-3, 5e-4, 1e-4} on val.")
-@click.option("--seeds", type=int, default=1, show_default=True, help="Seeds to report mean ± std over (paper: 3).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--hidden-channels", type=int, default=48, show_default=True, help="DWSNet channels (baselines are sized to match).")
-@click.option("--num-layers", type=int, default=4, show_default=True)
-@click.option("--dropout", type=float, default=0.0, show_default=True)
-@click.option("--bn/--no-bn", default=True, show_default=True)
-@click.option("--blocks", default="all", show_default=True, help="DWSNet blocks: all, B2B, W2W, W2W+B2B, diagonal.")
-@click.option("--augment/--no-augment", default=True, show_default=True)
-@click.option("--precise-bn", type=click.IntRange(min=0), default=4096, show_default=True, metavar="N",
+@click.option("--model", type=click.Choice(MODELS), default=TRAIN["model"], show_default=True,
+              help="dwsnet, or a baseline sized to its parameter count.")
+@click.option("--task", type=click.Choice(TASKS), default=TRAIN["task"], show_default=True)
+@click.option("--target", default=TRAIN["target"], help="Store column(s) to predict (default: the task's).")
+@click.option("--out", default=TRAIN["out"], type=click.Path(file_okay=False),
+              help="Run directory (default runs/STORE-MODEL-TASK).")
+@click.option("--epochs", type=int, default=TRAIN["epochs"], show_default=True)
+@click.option("--batch-size", type=int, default=TRAIN["batch_size"], show_default=True)
+@click.option("--lr", type=float, default=TRAIN["lr"],
+              help="Learning rate; default: choose from {5e-3, 1e-3, 5e-4, 1e-4} on val.")
+@click.option("--seeds", type=int, default=TRAIN["seeds"], show_default=True,
+              help="Seeds to report mean ± std over (paper: 3).")
+@click.option("--seed", type=int, default=TRAIN["seed"], show_default=True)
+@click.option("--hidden-channels", type=int, default=TRAIN["hidden_channels"], show_default=True,
+              help="DWSNet channels (baselines are sized to match).")
+@click.option("--num-layers", type=int, default=TRAIN["num_layers"], show_default=True,
+              help="DWSNet layers (baselines are sized to match).")
+@click.option("--dropout", type=float, default=TRAIN["dropout"], show_default=True)
+@click.option("--bn/--no-bn", default=TRAIN["bn"], show_default=True, help="DWSNet batch norm (dwsnet only).")
+@click.option("--blocks", default=TRAIN["blocks"], show_default=True,
+              help="DWSNet blocks: all, B2B, W2W, W2W+B2B, diagonal (dwsnet only).")
+@click.option("--augment/--no-augment", default=TRAIN["augment"], show_default=True)
+@click.option("--precise-bn", type=click.IntRange(min=0), default=TRAIN["precise_bn"], show_default=True, metavar="N",
               help="Re-estimate batch-norm statistics on N un-augmented train networks before each evaluation "
                    "(0: keep the training batches' running averages, the paper's setting).")
-@click.option("--loader-workers", type=int, default=0, show_default=True)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--patience", type=int, default=None, help="Stop after this many epochs without validation progress.")
-@click.option("--train-limit", type=int, default=None, help="Train on the first N train networks only (size sweeps).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--loader-workers", type=int, default=TRAIN["loader_workers"], show_default=True)
+@click.option("--device", default=TRAIN["device"], show_default=True)
+@click.option("--patience", type=int, default=TRAIN["patience"],
+              help="Stop after this many epochs without validation progress.")
+@click.option("--train-limit", type=int, default=TRAIN["train_limit"],
+              help="Train on the first N train networks only (size sweeps).")
+@click.option("--workers", type=click.IntRange(min=1), default=TRAIN["workers"], show_default=True,
               help="N > 1: data-parallel training on N Ray Train workers (see docs/train.md).")
-@click.option("--address", default=None, help="With --workers: the Ray cluster to join (default: a local one).")
+@click.option("--address", default=TRAIN["address"], help="With --workers N > 1: the Ray cluster to join (default: a local one).")
 def train(store, **kw):
     """Train a model on a store's train split, select on val, report test (see docs/train.md)."""
-    from dws.tasks.run import TrainOptions, train_run
+    from dws.tasks.run import train_run
 
     train_run(TrainOptions(store=store, **kw), log=click.echo)
 
@@ -179,7 +190,7 @@ def eval_(run, store, split):
     """Re-evaluate RUN's best checkpoint on STORE (refused if STORE's networks are incompatible)."""
     import json
 
-    from dws.tasks.run import evaluate_run
+    from dws.tasks.rundir import evaluate_run
 
     click.echo(json.dumps(evaluate_run(run, store, split), indent=2))
 

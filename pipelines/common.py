@@ -6,7 +6,8 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from dws.tasks.run import TrainOptions, train_run
+from dws.tasks.options import TrainOptions
+from dws.tasks.run import train_run
 from zoo.generate.run import GenerateOptions, generate
 
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dws.stream import WeightStoreLoader
-from dws.tasks.models import build_model
+from dws.tasks.rundir import load_run
 
 from .common import Scale, fmt, make_store, parse_args, train, write_report
 
@@ -36,16 +35,11 @@ MODELS = {"smoke": ("dwsnet", "mlp"), "ci": ("dwsnet", "mlp", "inr2vec"), "full"
 
 def embeddings(run_dir: Path, store: Path) -> tuple[np.ndarray, np.ndarray]:
     """Test-split embeddings of a run's best model and the (a, b) they should encode."""
-    ckpt = torch.load(run_dir / "best.pt", map_location="cpu", weights_only=False)
-    cfg = ckpt["config"]
-    model, _ = build_model(cfg["options"]["model"], tuple(cfg["widths"]), cfg["out_features"], **cfg["model_kwargs"])
-    model.load_state_dict(ckpt["state_dict"])
-    model.eval()
-    loader = WeightStoreLoader(cfg["data_store"], "test", batch_size=256, target="amplitude,frequency", shuffle=False)
+    run = load_run(run_dir)
+    batches = list(run.loader(store, "test", batch_size=256))
     with torch.no_grad():
-        z = torch.cat([model(b.ws) for b in loader]).numpy()
-    y = torch.cat([b.target for b in loader]).numpy()
-    return z, y
+        z = torch.cat([run.model(b.ws) for b in batches]).numpy()
+    return z, torch.cat([b.target for b in batches]).numpy()
 
 
 def plot_tsne(z: np.ndarray, y: np.ndarray, path: Path, title: str) -> None:

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from dws.stream.batch import Batch
-from dws.tasks.run import TrainOptions, evaluate_run, train_run
+from dws.tasks.options import TrainOptions
+from dws.tasks.run import train_run
+from dws.tasks.rundir import evaluate_run
 from dws.tasks.trainer import shard_batch
 from dws.weightspace import WeightSpace
 

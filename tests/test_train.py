@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from dws.tasks.objectives import nt_xent
-from dws.tasks.run import TrainOptions, evaluate_run, train_run
+from dws.tasks.options import TrainOptions
+from dws.tasks.run import train_run
+from dws.tasks.rundir import evaluate_run
 from dws.tasks.trainer import recalibrate_batchnorm
 from zoo.generate.run import GenerateOptions, generate
 from zoo.store import StoreError

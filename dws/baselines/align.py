@@ -16,7 +16,8 @@ paper's appendix ("Approximation for model alignment": 1000 models, error 1e-3).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Sequence
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -24,7 +25,10 @@ from scipy.optimize import linear_sum_assignment
 
 from dws.baselines.common import num_weights
 from dws.baselines.mlp import MLPBaseline
+from dws.stream.batch import arrays_from_weightspace, weightspace_from_arrays
 from dws.weightspace import WeightSpace, _gather_dim
+from zoo.store import StoreError, WeightStore
+from zoo.store.derive import write_store
 
 Tensor = torch.Tensor
 
@@ -198,8 +202,12 @@ class AlignedMLP(MLPBaseline):
     By default ``forward`` aligns every batch, costing ``B * (M - 1)`` LSA calls per pass (a few
     passes; milliseconds for 32-wide layers, but it runs on CPU). To pay it once per sample
     instead, set ``align_in_forward=False`` and feed ``model.align(ws)`` precomputed for the
-    whole data set. The reference is a buffer, so it is saved with the ``state_dict``.
+    whole data set: ``zoo train`` does so through :meth:`prepare_store` and ``zoo eval`` through
+    :meth:`input_transform` (the hooks of :mod:`dws.tasks.models`). The reference is a buffer, so
+    it is saved with the ``state_dict``.
     """
+
+    ALIGNED_STORE = "aligned-store"  # the folder prepare_store derives in a run directory
 
     def __init__(
         self,
@@ -246,3 +254,58 @@ class AlignedMLP(MLPBaseline):
             return ws, None
         perms = self.group_element(ws)
         return ws.permute(perms), perms
+
+    # --------------------------------------------------------- the hooks of dws.tasks.models
+    def prepare_store(self, store: WeightStore, folder: Path, log=print) -> WeightStore:
+        """Every network of ``store`` aligned to the reference, as a store in ``folder/aligned-store``.
+
+        The first call builds the reference from the train split and writes the aligned networks
+        with the reference and its settings recorded in the manifest; later calls with the same
+        store and settings read both back instead (other seeds, data-parallel workers, a rerun).
+        Afterwards ``forward`` takes the aligned networks as they are.
+        """
+        root = Path(folder) / self.ALIGNED_STORE
+        settings = {"derived_from": _location(store), "seed": self.seed, **self.merge_kw}
+        aligned = _open_if_made_with(root, settings)
+        if aligned is not None:
+            reference = aligned.manifest["generation"]["alignment"]["reference"]
+            self.reference.copy_(torch.tensor(reference, dtype=self.reference.dtype).view_as(self.reference))
+            self.prepared.fill_(True)
+        else:
+            start, stop = store.split_range("train")
+            log(f"mlp-align: building the MergeMany reference from {min(stop - start, self.merge_kw['subsample'])} "
+                f"train networks")
+            self.prepare(weightspace_from_arrays(store.read(start, stop)))
+            log("mlp-align: aligning every network to the reference")
+            params = arrays_from_weightspace(self.align(weightspace_from_arrays(store.read(0, store.num_networks))))
+            meta = {k: store.manifest[k] for k in ("kind", "architecture", "targets", "source") if k in store.manifest}
+            meta["generation"] = {"derived_from": str(store.root), "transform": "weight matching to a MergeMany reference",
+                                  "alignment": {**settings, "reference": self.reference[0].tolist()}}
+            write_store(root, widths=store.widths, params=params, rows=store.networks, splits=store.manifest["splits"],
+                        metadata=meta, chunk_size=store.chunk_size, overwrite=True)
+            aligned = WeightStore(root)
+        self.align_in_forward = False
+        return aligned
+
+    def input_transform(self) -> Callable[[WeightSpace], WeightSpace]:
+        """Alignment to the trained reference, for networks of any store; ``forward`` no longer aligns."""
+        if not self.prepared:
+            raise ValueError("this mlp-align model holds no alignment reference (checkpoints written before the "
+                             "reference was saved with the model cannot align new networks); train it again")
+        self.align_in_forward = False
+        return self.align
+
+
+def _location(store: WeightStore) -> str:
+    root = store.root
+    return str(root.resolve()) if isinstance(root, Path) else str(root)
+
+
+def _open_if_made_with(root: Path, settings: dict) -> WeightStore | None:
+    """The aligned store at ``root`` if it is complete and was made from the same store with ``settings``."""
+    try:
+        aligned = WeightStore(root)
+    except StoreError:  # none yet, or an interrupted or damaged one: make it again
+        return None
+    made = aligned.manifest.get("generation", {}).get("alignment") or {}
+    return aligned if all(made.get(k) == v for k, v in settings.items()) and "reference" in made else None

@@ -1,6 +1,6 @@
 """Data-parallel ``zoo train --workers N`` on Ray Train (``TorchTrainer``, DDP; gloo on CPU, NCCL on GPU).
 
-Every worker runs the whole single-process protocol (:func:`dws.tasks.run.fit_run`: lr search,
+Every worker prepares the run and runs the whole protocol (:func:`dws.tasks.protocol.fit_run`: lr search,
 seeds, early stopping) with the same seed, so each builds the same model and iterates the same
 deterministic batch order (and augmentation draws) as ``--workers 1``. The model is wrapped in
 DDP by ``ray.train.torch.prepare_model``; worker ``rank`` trains on rows ``rank::N`` of every batch,
@@ -8,8 +8,10 @@ its shard-mean loss weighted by ``rows * N / batch`` so that DDP's gradient aver
 whole batch's mean-loss gradient (:func:`dws.tasks.trainer.shard_batch`). Parameters therefore stay
 equal to single-process training up to float reduction order. Every worker evaluates the full
 validation and test splits (the parameters are the same everywhere), so model selection agrees
-without communication; rank 0 writes the run directory with :func:`dws.tasks.run.write_run`, the
-state dict unwrapped from DDP.
+without communication; rank 0 writes the run directory with :func:`dws.tasks.rundir.write_run`, the
+state dict unwrapped from DDP. The driver prepares the run once before the workers start, so what
+:mod:`dws.tasks.prepare` refuses is refused before anything is written, and a model's derived store
+(``mlp-align``) is made once.
 
 Not equivalent to single-process training: batch-norm statistics are per shard (as in standard
 DDP; ``SyncBatchNorm`` is refused by DDP on CPU, and the DWSNet's fused BN+ReLU does not go
@@ -31,8 +33,10 @@ import torch
 
 from zoo.store.location import store_root
 
-from .protocol import format_summary
-from .run import TrainOptions, default_run_dir, fit_run, setup_run
+from .options import TrainOptions, default_run_dir
+from .prepare import prepare_run
+from .protocol import fit_run, format_summary
+from .rundir import write_run
 from .trainer import train
 
 
@@ -50,6 +54,7 @@ def _worker(config: dict) -> None:
 
     def log(line: str) -> None:  # worker output does not reach the driver (log_to_driver=False)
         if rank == 0:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(log_path, "a") as f:
                 f.write(f"{line}\n")
 
@@ -60,7 +65,10 @@ def _worker(config: dict) -> None:
         result.state_dict = {k.removeprefix("module."): v for k, v in result.state_dict.items()}
         return result
 
-    fit_run(replace(opts, progress=False), log, train_fn=ddp_train, write=rank == 0)
+    run = prepare_run(replace(opts, progress=False), log)
+    outcome = fit_run(run, log, train_fn=ddp_train)
+    if rank == 0:
+        write_run(run, outcome, log)
 
 
 def train_distributed(opts: TrainOptions, log=print) -> dict:
@@ -75,7 +83,7 @@ def train_distributed(opts: TrainOptions, log=print) -> dict:
     # the workers' working directory is Ray's, not ours: absolute paths only
     run_dir = Path(opts.out or default_run_dir(opts)).resolve()
     opts = replace(opts, store=str(store_root(opts.store).resolve()), out=str(run_dir))
-    setup_run(opts, log)  # creates the run directory (and mlp-align's aligned store) once, before the workers
+    prepare_run(opts, log)  # refusals before anything is written; a derived store (mlp-align) made once
     (run_dir / "train.log").unlink(missing_ok=True)
     (run_dir / "metrics.json").unlink(missing_ok=True)  # so a stale one is never mistaken for this run's
 

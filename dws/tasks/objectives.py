@@ -1,22 +1,29 @@
-"""What a model is trained to do on a store: the target column(s), the loss and the metrics.
+"""What a model is trained to do on a store: the target column(s), the output, the loss and the metrics.
 
 * ``classify``: INR classification (target ``label``), cross-entropy, accuracy.
 * ``regress``: e.g. sine frequency (target ``frequency``), MSE.
 * ``ssl``: SimCLR-style NT-Xent on two noisy/masked views (temperature 0.1) into a 16-dim
   embedding; judged by a linear regressor from the embedding to the targets (test MSE).
+
+A task is one :class:`Task` subclass registered in :data:`TASKS`; the trainer, the loaders and
+the run directory only call its methods. Its four fields are what ``config.json`` records.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dws.stream import read_targets
 from dws.weightspace import WeightSpace
+from zoo.store import StoreError, WeightStore
 
 Tensor = torch.Tensor
+SSL_EMBEDDING = 16
 
 
 @dataclass(frozen=True)
@@ -26,38 +33,96 @@ class Task:
     metric: str  # the validation metric used for model selection
     mode: str  # "max" or "min"
 
+    full_batches: ClassVar[bool] = False  # train on full batches only (the last, shorter one is dropped)
+    probe: ClassVar[bool] = False  # evaluation also needs the un-augmented train split (``probe`` batches)
+
     def better(self, a: float, b: float | None) -> bool:
         return b is None or (a > b if self.mode == "max" else a < b)
 
+    @property
+    def targets(self) -> list[str]:
+        return [name.strip() for name in self.target.split(",")]
 
-CLASSIFY = Task("classify", "label", "accuracy", "max")
-REGRESS = Task("regress", "frequency", "mse", "min")
-SSL = Task("ssl", "amplitude,frequency", "probe_mse", "min")
+    def check_store(self, store: WeightStore, ranges: dict[str, tuple[int, int]]) -> None:
+        """Refuse a store without this task's targets on the networks ``ranges`` (split -> start, stop)."""
+        for start, stop in ranges.values():
+            try:
+                read_targets(store, self.targets, start, stop)
+            except ValueError as exc:
+                raise ValueError(f"--task {self.name}: {exc}") from None
+
+    def num_classes(self, store: WeightStore) -> int | None:
+        return None
+
+    def output_size(self, store: WeightStore) -> int:
+        raise NotImplementedError
+
+    def loss(self, model, ws: WeightSpace, target: Tensor, temperature: float) -> Tensor:
+        """The training loss of one batch (``temperature``: the contrastive tasks')."""
+        raise NotImplementedError
+
+    def metrics(self, outputs: Tensor, targets: Tensor, probe: tuple[Tensor, Tensor] | None) -> dict:
+        """Metrics of a split's ``outputs`` (``probe``: the train split's outputs and targets, if asked)."""
+        raise NotImplementedError
+
+
+class Classify(Task):
+    def num_classes(self, store):
+        labels = store.networks.column("label").to_numpy()
+        if labels.min() < 0:
+            raise StoreError(f"{store.root} has networks without a label; it is not a classification store")
+        return int(labels.max()) + 1
+
+    def output_size(self, store):
+        return self.num_classes(store)
+
+    def loss(self, model, ws, target, temperature):
+        return F.cross_entropy(model(ws), target)
+
+    def metrics(self, outputs, targets, probe):
+        loss = float(F.cross_entropy(outputs, targets))
+        return {"loss": loss, "accuracy": float((outputs.argmax(1) == targets).float().mean())}
+
+
+class Regress(Task):
+    def output_size(self, store):
+        return len(self.targets)
+
+    def loss(self, model, ws, target, temperature):
+        output = model(ws)
+        return F.mse_loss(output, target.view_as(output).float())
+
+    def metrics(self, outputs, targets, probe):
+        mse = float(F.mse_loss(outputs, targets.view_as(outputs).float()))
+        return {"loss": mse, "mse": mse}
+
+
+class SelfSupervised(Task):
+    full_batches = True  # NT-Xent's negatives are the rest of the batch
+    probe = True
+
+    def output_size(self, store):
+        return SSL_EMBEDDING
+
+    def loss(self, model, ws, target, temperature):
+        return nt_xent(model(ssl_views(ws, None)), model(ssl_views(ws, None)), temperature)
+
+    def metrics(self, outputs, targets, probe):
+        train_z, train_y = probe
+        return {"probe_mse": linear_probe_mse(train_z.numpy(), train_y.numpy(), outputs.numpy(), targets.numpy())}
+
+
+CLASSIFY = Classify("classify", "label", "accuracy", "max")
+REGRESS = Regress("regress", "frequency", "mse", "min")
+SSL = SelfSupervised("ssl", "amplitude,frequency", "probe_mse", "min")
 TASKS = {t.name: t for t in (CLASSIFY, REGRESS, SSL)}
-SSL_EMBEDDING = 16
 
 
 def get_task(name: str, target: str | None = None) -> Task:
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; choose from {sorted(TASKS)}")
     task = TASKS[name]
-    return task if target is None else Task(task.name, target, task.metric, task.mode)
-
-
-def output_size(task: Task, num_classes: int | None = None) -> int:
-    if task.name == "classify":
-        if not num_classes:
-            raise ValueError("classification needs the number of classes")
-        return num_classes
-    if task.name == "regress":
-        return len(task.target.split(","))
-    return SSL_EMBEDDING
-
-
-def supervised_loss(task: Task, output: Tensor, target: Tensor) -> Tensor:
-    if task.name == "classify":
-        return F.cross_entropy(output, target)
-    return F.mse_loss(output, target.view_as(output).float())
+    return task if target is None else replace(task, target=target)
 
 
 def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.1) -> Tensor:
@@ -80,12 +145,6 @@ def ssl_views(ws: WeightSpace, generator: torch.Generator | None = None,
         return (t + noise) * keep
 
     return ws.map(view)
-
-
-def supervised_metrics(task: Task, outputs: Tensor, targets: Tensor, loss: float) -> dict:
-    if task.name == "classify":
-        return {"loss": loss, "accuracy": float((outputs.argmax(1) == targets).float().mean())}
-    return {"loss": loss, "mse": float(F.mse_loss(outputs, targets.view_as(outputs).float()))}
 
 
 def linear_probe_mse(train_z: np.ndarray, train_y: np.ndarray, eval_z: np.ndarray, eval_y: np.ndarray) -> float:

@@ -1,4 +1,8 @@
-"""The paper's protocol: pick the learning rate on validation, then report mean ± std over seeds."""
+"""The paper's protocol: pick the learning rate on validation, then report mean ± std over seeds.
+
+:func:`fit_run` applies it to a prepared run with any training function (the plain loop, or a
+data-parallel worker's); writing the outcome is :mod:`dws.tasks.rundir`'s.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,12 @@ from dataclasses import replace
 from typing import Callable
 
 import numpy as np
+import torch
 
+from .allocator import retain_freed_memory
 from .objectives import Task
-from .trainer import TrainConfig, TrainResult
+from .prepare import PreparedRun
+from .trainer import TrainConfig, TrainResult, train
 
 PAPER_LRS = (5e-3, 1e-3, 5e-4, 1e-4)
 
@@ -33,6 +40,28 @@ def run_protocol(
             best_lr, best_val, best_result = lr, val, result
     runs = [best_result] + [fit(replace(config, lr=best_lr, seed=config.seed + s)) for s in range(1, seeds)]
     return summarize(task, best_lr, config.seed, runs, search)
+
+
+def fit_run(run: PreparedRun, log=print, train_fn=train) -> dict:
+    """Train ``run`` with ``train_fn`` (its lr search or fixed lr, its seeds): :func:`summarize`'s outcome."""
+    opts, task = run.opts, run.task
+    if torch.device(run.device).type == "cpu":
+        retain_freed_memory()  # ~20% faster DWSNet steps: no page faults for re-allocated activations
+
+    def fit(config: TrainConfig) -> TrainResult:
+        torch.manual_seed(config.seed)
+        model, desc = run.build_model(log)
+        log(f"{opts.model}: {desc['params']:,} parameters; lr {config.lr:g}, seed {config.seed}")
+        result = train_fn(model, task, run.loaders(config.seed), config)
+        result.description = desc
+        return result
+
+    base = TrainConfig(epochs=opts.epochs, lr=opts.lr or PAPER_LRS[0], seed=opts.seed, device=run.device,
+                       patience=opts.patience, progress=opts.progress)
+    if opts.lr is None:
+        return run_protocol(fit, task, base, seeds=opts.seeds, log=log)
+    return summarize(task, opts.lr, opts.seed, [fit(replace(base, seed=opts.seed + s)) for s in range(opts.seeds)],
+                     None)
 
 
 def summarize(task: Task, lr: float, first_seed: int, runs: list[TrainResult], search: dict | None) -> dict:

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from dws.weightspace import WeightSpace
 
-from .objectives import Task, linear_probe_mse, nt_xent, ssl_views, supervised_loss, supervised_metrics
+from .objectives import Task
 
 Tensor = torch.Tensor
 
@@ -111,14 +111,9 @@ def recalibrate_batchnorm(model: torch.nn.Module, loader: Iterable, device: str)
 
 
 def evaluate(model, task: Task, loader: Iterable, device: str, probe_train: Iterable | None = None) -> dict:
-    """Metrics of ``model`` on ``loader``; SSL fits its linear probe on ``probe_train``."""
+    """Metrics of ``model`` on ``loader``; a task with a probe (SSL) also gets ``probe_train``'s outputs."""
     outputs, targets = predict(model, loader, device)
-    if task.name == "ssl":
-        train_z, train_y = predict(model, probe_train, device)
-        mse = linear_probe_mse(train_z.numpy(), train_y.numpy(), outputs.numpy(), targets.numpy())
-        return {"probe_mse": mse}
-    loss = float(supervised_loss(task, outputs, targets))
-    return supervised_metrics(task, outputs, targets, loss)
+    return task.metrics(outputs, targets, predict(model, probe_train, device) if task.probe else None)
 
 
 def train(
@@ -161,10 +156,7 @@ def train(
             ws, target = _to(batch, device)
             if augment is not None:
                 ws = augment(ws)
-            if task.name == "ssl":
-                loss = nt_xent(model(ssl_views(ws, None)), model(ssl_views(ws, None)), config.temperature)
-            else:
-                loss = supervised_loss(task, model(ws), target)
+            loss = task.loss(model, ws, target, config.temperature)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"epoch {epoch}: training loss is {loss.item()}; lower the learning rate")
             opt.zero_grad(set_to_none=True)

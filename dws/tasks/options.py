@@ -1,0 +1,89 @@
+"""``zoo train`` options: their choices, their defaults, and the checks that need no store.
+
+The CLI takes its ``--model`` / ``--task`` choices and every default from here; this module
+imports no PyTorch, so the ``zoo`` command starts without it. :func:`check_options` refuses values
+and combinations that cannot train before any store is read or anything is written; what needs the
+store (targets, labels, batch sizes against split sizes) is checked in :mod:`dws.tasks.prepare`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from zoo.options import require_at_least, require_positive
+
+# the models and tasks `zoo train` offers; dws.tasks.models and dws.tasks.objectives build them
+# (tests/test_train.py checks that the three agree)
+MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer")
+TASKS = ("classify", "regress", "ssl")
+
+
+@dataclass
+class TrainOptions:
+    store: str
+    model: str = "dwsnet"
+    task: str = "classify"
+    target: str | None = None
+    out: str | None = None
+    epochs: int = 10
+    batch_size: int = 512
+    lr: float | None = None  # None: the paper's search over PAPER_LRS on the validation split
+    seeds: int = 1
+    seed: int = 0
+    hidden_channels: int = 48  # the DWSNet's; the baselines are sized to its parameter count
+    num_layers: int = 4  # likewise
+    dropout: float = 0.0
+    bn: bool = True
+    blocks: str = "all"
+    pool: str = "max"
+    augment: bool = True
+    precise_bn: int = 4096  # BN statistics re-estimated on this many clean train networks per evaluation; 0: off
+    loader_workers: int = 0
+    device: str = "auto"
+    patience: int | None = None
+    train_limit: int | None = None  # train on the first N networks of the train split only
+    progress: bool = True
+    workers: int = 1  # > 1: data-parallel training on Ray Train (dws/tasks/distributed.py)
+    address: str | None = None  # Ray cluster to join with workers > 1 (None: a local one)
+
+
+DEFAULTS = {f.name: f.default for f in fields(TrainOptions) if f.name != "store"}
+
+# options that shape the DWSNet's layers themselves: a baseline has no such layers (it is only sized
+# to the DWSNet of --hidden-channels / --num-layers), so with a baseline they are refused, not ignored
+DWSNET_ONLY = {
+    "blocks": ("--blocks", "the baselines have no DWS blocks"),
+    "bn": ("--no-bn", "the baselines always use batch norm, as in the paper"),
+    "pool": ("pool", "the baselines have no DWS pooling"),
+}
+
+
+def check_options(opts: TrainOptions) -> None:
+    """Refuse option values that cannot train before anything is read or created (ValueError)."""
+    require_at_least({"--epochs": (opts.epochs, 1), "--batch-size": (opts.batch_size, 1), "--seeds": (opts.seeds, 1),
+                      "--hidden-channels": (opts.hidden_channels, 1), "--num-layers": (opts.num_layers, 1),
+                      "--loader-workers": (opts.loader_workers, 0), "--workers": (opts.workers, 1),
+                      "--patience": (opts.patience, 1), "--train-limit": (opts.train_limit, 1),
+                      "--precise-bn": (opts.precise_bn, 0)})
+    require_positive("--lr", opts.lr)
+    if not 0 <= opts.dropout < 1:
+        raise ValueError(f"--dropout must be in [0, 1), got {opts.dropout}")
+    for flag, value, choices in (("--model", opts.model, MODELS), ("--task", opts.task, TASKS)):
+        if value not in choices:
+            raise ValueError(f"{flag} {value!r} is not one of {', '.join(choices)}")
+    if opts.model != "dwsnet":
+        for name, (flag, why) in DWSNET_ONLY.items():
+            if getattr(opts, name) != DEFAULTS[name]:
+                raise ValueError(f"{flag} shapes DWSNet layers and --model {opts.model} has none ({why}); "
+                                 f"drop {flag}, or train --model dwsnet")
+    if opts.address is not None and opts.workers < 2:
+        raise ValueError(f"--address {opts.address} joins a Ray cluster for data-parallel training, which needs "
+                         f"--workers N with N > 1 (got --workers {opts.workers})")
+    from zoo.devices import resolve_device  # imports torch
+
+    resolve_device(opts.device)
+
+
+def default_run_dir(opts: TrainOptions) -> Path:
+    return Path("runs") / f"{Path(opts.store).name}-{opts.model}-{opts.task}"

@@ -1,0 +1,127 @@
+"""Everything a run needs before its first step, checked before anything is written.
+
+:func:`prepare_run` opens the store, checks it against the task and the options (the targets on
+every split used, full batches where the task needs them), builds the model once (so that options
+it cannot be built with are refused here) and asks it for the store it trains on (the
+``prepare_store`` hook of :mod:`dws.tasks.models`). Nothing is written before that hook, and the
+run directory itself is created when something is first written into it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from torch import nn
+
+from dws.stream import WeightStoreLoader, inr_augmentation
+from dws.stream.augment import Compose, GaussianNoise, WeightDropout
+from zoo.devices import resolve_device
+from zoo.store import StoreError, WeightStore
+
+from .models import build_model, training_store
+from .objectives import Task, get_task
+from .options import TrainOptions, default_run_dir
+
+
+class FirstBatches:
+    """The first ``count`` batches of each pass over ``loader`` (a fresh shuffle every pass)."""
+
+    def __init__(self, loader, count: int):
+        self.loader, self.count = loader, count
+
+    def __iter__(self):
+        return itertools.islice(iter(self.loader), self.count)
+
+
+def default_augmentation(store: WeightStore):
+    """The appendix's augmentations: geometric ones for 2-D INRs, plus weight noise and dropout."""
+    noise = Compose(GaussianNoise(0.01, relative=True), WeightDropout(0.05))
+    if store.widths[0] == 2 and store.manifest["architecture"].get("activation") == "sine":
+        return Compose(inr_augmentation(degrees=15.0, shift=0.05, scale=(0.95, 1.05)), noise)
+    return noise
+
+
+@dataclass
+class PreparedRun:
+    """A checked run: what it trains on, how its models are built, where it writes."""
+
+    opts: TrainOptions
+    store: WeightStore  # the store named on the command line
+    task: Task
+    run_dir: Path
+    num_classes: int | None
+    out_features: int
+    model_kwargs: dict
+    data_store: WeightStore  # the store the model trains on (``store``, or what its hook derived)
+    device: str
+    augment: Callable | None = field(default=None)
+
+    def build_model(self, log=print) -> tuple[nn.Module, dict]:
+        """A freshly initialized model (seed the global RNG first), ready for ``data_store``'s networks."""
+        model, desc = build_model(self.opts.model, self.store.widths, self.out_features, **self.model_kwargs)
+        training_store(model, self.store, self.run_dir, log)
+        return model, desc
+
+    def loaders(self, seed: int) -> dict:
+        """``train``, ``val``, ``test`` (and ``probe`` / ``calibrate`` where used) for one seed."""
+        opts, task = self.opts, self.task
+        common = dict(batch_size=opts.batch_size, target=task.target, seed=seed, num_workers=opts.loader_workers)
+        train = WeightStoreLoader(self.data_store, "train", shuffle=True, augment=self.augment,
+                                  drop_last=task.full_batches, limit=opts.train_limit, **common)
+        out = {
+            "train": train,
+            "val": WeightStoreLoader(self.data_store, "val", shuffle=False, **common),
+            "test": WeightStoreLoader(self.data_store, "test", shuffle=False, **common),
+        }
+        # the train split un-augmented (as evaluated), sharing the training loader's arrays in memory
+        if task.probe:
+            out["probe"] = train.variant(shuffle=False)
+        if opts.precise_bn > 0 and opts.bn:
+            # a fresh random subset of the (limited) train split per pass
+            out["calibrate"] = FirstBatches(train.variant(shuffle=True), math.ceil(opts.precise_bn / opts.batch_size))
+        return out
+
+
+def split_ranges(store: WeightStore, train_limit: int | None) -> dict[str, tuple[int, int]]:
+    """The networks a run uses: ``{split: (start, stop)}``, the train split cut to ``train_limit``."""
+    ranges = {}
+    for split in ("train", "val", "test"):
+        start, stop = store.split_range(split)
+        if split == "train" and train_limit is not None:
+            stop = min(stop, start + train_limit)
+        if stop <= start:
+            raise StoreError(f"{store.root}: split {split!r} is empty; a run needs networks to train, select and test on")
+        ranges[split] = (start, stop)
+    return ranges
+
+
+def check_store(store: WeightStore, task: Task, opts: TrainOptions) -> None:
+    """Refuse a store the task cannot train on, with what the store has instead (ValueError/StoreError)."""
+    ranges = split_ranges(store, opts.train_limit)
+    task.check_store(store, ranges)
+    start, stop = ranges["train"]
+    if task.full_batches and stop - start < opts.batch_size:
+        raise ValueError(f"--task {task.name} trains on full batches of --batch-size {opts.batch_size}, and the "
+                         f"train split has {stop - start} networks{' (--train-limit)' if opts.train_limit else ''}: "
+                         f"lower --batch-size")
+
+
+def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
+    """Check ``opts`` against the store and set the run up (see the module docstring)."""
+    store = WeightStore(opts.store)
+    task = get_task(opts.task, opts.target)
+    check_store(store, task, opts)
+    run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
+    num_classes, out_features = task.num_classes(store), task.output_size(store)
+    model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
+                        bn=opts.bn, blocks=opts.blocks, pool=opts.pool)
+    model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs)  # refuses what cannot be built
+    if (run_dir / "metrics.json").exists():
+        log(f"note: {run_dir} holds an earlier run; this one replaces it when it finishes")
+    data_store = training_store(model, store, run_dir, log)
+    return PreparedRun(opts, store, task, run_dir, num_classes, out_features, model_kwargs, data_store,
+                       resolve_device(opts.device), default_augmentation(store) if opts.augment else None)

@@ -1,0 +1,140 @@
+"""The run directory: written when ``zoo train`` finishes, read by ``zoo eval`` and the pipelines.
+
+* ``config.json``: everything needed to rebuild the model (options, task, sizes, the architecture
+  of the networks it was trained on, the store and the store it trained on);
+* ``metrics.json``: learning-rate search, per-seed validation/test metrics, mean ± std,
+  per-epoch history, best epochs (counted from 0), seconds;
+* ``best.pt``: the best checkpoint with the normalization statistics it was trained with;
+* ``curve.png``: training loss and validation metric per epoch.
+
+A model's ``prepare_store`` hook may add its own folder (``mlp-align``: ``aligned-store/``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from dws.stream import Normalizer, WeightStoreLoader
+from dws.weightspace import WeightSpace
+from zoo.store import StoreError, WeightStore
+
+from .models import build_model, evaluation_transform
+from .objectives import Task, get_task
+from .prepare import PreparedRun
+from .protocol import format_summary
+from .trainer import TrainResult, evaluate
+
+ARCH_KEYS = ("widths", "activation", "w0_per_layer", "output_offset")
+
+
+def architecture_signature(store: WeightStore) -> dict:
+    arch = store.manifest["architecture"]
+    return {k: arch.get(k) for k in ARCH_KEYS}
+
+
+def write_run(run: PreparedRun, outcome: dict, log=print) -> dict:
+    """Write ``config.json``, ``metrics.json``, ``best.pt`` and ``curve.png`` of a finished protocol."""
+    results: list[TrainResult] = outcome.pop("results")
+    best = results[0]
+    config = {
+        "options": asdict(run.opts), "task": asdict(run.task), "out_features": run.out_features,
+        "num_classes": run.num_classes, "widths": list(run.store.widths),
+        "architecture": architecture_signature(run.store), "model_kwargs": run.model_kwargs,
+        "model": best.description, "store": str(run.store.root.resolve()),
+        "data_store": str(run.data_store.root.resolve()),
+    }
+    metrics = {**outcome, "params": best.description["params"], "best_epoch": [r.best_epoch for r in results],
+               "seconds": [r.seconds for r in results], "history": [r.history for r in results]}
+    run_dir = run.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(config, indent=2))
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    torch.save({"state_dict": best.state_dict, "config": config,
+                "stats": {k: [np.asarray(v[0]), np.asarray(v[1])] for k, v in run.data_store.stats().items()}},
+               run_dir / "best.pt")
+    plot_curves(metrics["history"], run.task.metric, run_dir / "curve.png")
+    log(f"{run.opts.model} on {run.store.root.name} ({run.task.name}): test {run.task.metric} "
+        f"{format_summary(outcome['summary'][run.task.metric], len(results))} -> {run_dir}")
+    return {"run_dir": str(run_dir), **metrics}
+
+
+def plot_curves(histories: list[list[dict]], metric: str, path: Path) -> None:
+    """Training loss and validation ``metric`` per epoch, one line per seed run; epochs counted from 1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for i, hist in enumerate(histories):
+        epochs = [h["epoch"] + 1 for h in hist]  # the history counts from 0, as best_epoch does
+        a.plot(epochs, [h["train_loss"] for h in hist], marker=".", label=f"seed run {i}")
+        b.plot(epochs, [h[f"val_{metric}"] for h in hist], marker=".", label=f"seed run {i}")
+    for ax, label in ((a, "train loss"), (b, f"val {metric}")):
+        ax.set_xlabel("epoch"), ax.set_ylabel(label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@dataclass
+class LoadedRun:
+    """A run directory's best model, ready to evaluate networks of any compatible store."""
+
+    run_dir: Path
+    config: dict
+    task: Task
+    model: nn.Module  # in eval mode, on the CPU
+    normalizer: Normalizer  # the statistics it was trained with
+    transform: Callable[[WeightSpace], WeightSpace] | None  # the model's evaluation_transform
+
+    def loader(self, store: str | Path | WeightStore, split: str = "test", batch_size: int = 512,
+               shuffle: bool = False) -> WeightStoreLoader:
+        """``split`` of ``store`` as this model's inputs; refuses networks of another architecture."""
+        store = store if isinstance(store, WeightStore) else WeightStore(store)
+        mine, theirs = architecture_signature(store), self.config["architecture"]
+        if mine != theirs:
+            diff = {k: (theirs.get(k), mine.get(k)) for k in ARCH_KEYS if theirs.get(k) != mine.get(k)}
+            raise StoreError(f"{store.root} is incompatible with run {self.run_dir}: (run, store) differ in {diff}")
+
+        def inputs(ws, generator=None):
+            return self.normalizer.normalize(ws if self.transform is None else self.transform(ws))
+
+        return WeightStoreLoader(store, split, batch_size=batch_size, target=self.task.target, shuffle=shuffle,
+                                 normalize=False, augment=inputs)
+
+
+def load_run(run_dir: str | Path) -> LoadedRun:
+    """The best checkpoint of a ``zoo train`` run directory, rebuilt."""
+    run_dir = Path(run_dir)
+    ckpt_path = run_dir / "best.pt"
+    if not ckpt_path.exists():
+        raise FileNotFoundError(f"{run_dir} has no best.pt; is it a `zoo train` run directory?")
+    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    config = ckpt["config"]
+    task = get_task(config["task"]["name"], config["task"]["target"])
+    model, _ = build_model(config["options"]["model"], tuple(config["widths"]), config["out_features"],
+                           **config["model_kwargs"])
+    model.load_state_dict(ckpt["state_dict"])
+    model.eval()
+    normalizer = Normalizer.from_stats({k: tuple(v) for k, v in ckpt["stats"].items()})
+    return LoadedRun(run_dir, config, task, model, normalizer, evaluation_transform(model))
+
+
+def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test", batch_size: int = 512) -> dict:
+    """Re-evaluate a run's best checkpoint on ``split`` of any compatible store."""
+    run = load_run(run_dir)
+    store = WeightStore(store_path)
+    probe = run.loader(store, "train", batch_size) if run.task.probe else None
+    metrics = evaluate(run.model, run.task, run.loader(store, split, batch_size), "cpu", probe)
+    return {"run": str(run.run_dir), "store": str(store.root), "split": split, **metrics}
