@@ -1,5 +1,8 @@
 """The `zoo` command: info, show and the one-line errors for bad input."""
 
+import shutil
+
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -62,6 +65,93 @@ def test_generate_refuses_bad_values_before_creating_anything(tmp_path, options,
 def test_train_refuses_bad_values_before_creating_a_run(tiny_store, tmp_path, options, message):
     run = tmp_path / "run"
     _assert_refused(["train", str(tiny_store), "--out", str(run), *options], message, run)
+
+
+@pytest.fixture(scope="module")
+def sine_stores(tmp_path_factory):
+    """A tiny regression store, and a copy whose networks 3 and 7 lost their frequency (NaN)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from zoo.generate.run import GenerateOptions, generate
+
+    root = tmp_path_factory.mktemp("sines")
+    generate(GenerateOptions(kind="sine-regression", out=str(root / "sines"), limit=24, chunk_size=8, steps=2,
+                             progress=False), log=lambda *_: None)
+    shutil.copytree(root / "sines", root / "holes")
+    table = pq.read_table(root / "holes" / "networks.parquet")
+    holes = pc.is_in(table.column("index"), value_set=pa.array([3, 7], pa.int64()))
+    frequency = pc.if_else(holes, pa.scalar(float("nan"), pa.float32()), table.column("frequency"))
+    pq.write_table(table.set_column(table.schema.get_field_index("frequency"), "frequency", frequency),
+                   root / "holes" / "networks.parquet")
+    return root / "sines", root / "holes"
+
+
+@pytest.fixture()
+def nan_store(tiny_store, tmp_path):
+    """A copy of the digits store with NaN written over one network's weights (all chunk files there)."""
+    import zarr
+
+    store = tmp_path / "nan-store"
+    shutil.copytree(tiny_store, store)
+    zarr.open_group(str(store), mode="r+")["W2"][5] = np.nan
+    return store
+
+
+@pytest.mark.parametrize("store, options, messages", [
+    ("sines", ["--task", "classify"], ["--task classify", "'label' is missing for every network",
+                                       "this store's targets: ['frequency']"]),
+    ("digits", ["--task", "regress"], ["--task regress", "'frequency' is missing for every network",
+                                       "this store's targets: ['label']"]),
+    ("digits", ["--task", "regress", "--target", "psnr,nope"], ["unknown target 'nope'", "targets: ['label']"]),
+    ("holes", ["--task", "regress"], ["'frequency' is missing (null or NaN) for 2 of networks 0..19", ": 3, 7 ",
+                                      "targets: ['frequency']"]),
+    ("holes", ["--task", "regress", "--workers", "2"], ["'frequency' is missing (null or NaN) for 2 of networks"]),
+    ("sines", ["--task", "ssl", "--batch-size", "32"], ["--task ssl trains on full batches of --batch-size 32",
+                                                         "the train split has 20 networks"]),
+    ("digits", ["--blocks", "nope"], ["blocks must be one of"]),
+    ("digits", ["--model", "mlp", "--blocks", "W2W"], ["--blocks shapes DWSNet layers and --model mlp has none",
+                                                       "drop --blocks"]),
+    ("digits", ["--model", "transformer", "--no-bn"], ["--no-bn shapes DWSNet layers",
+                                                       "the baselines always use batch norm"]),
+    ("digits", ["--address", "ray://head:10001"], ["--address ray://head:10001 joins a Ray cluster",
+                                                   "--workers N with N > 1"]),
+    ("nan", ["--model", "dwsnet"], ["is damaged", "holds NaN for 1 network(s) (networks 5;"]),
+    ("nan", ["--model", "mlp-align", "--lr", "1e-3"], ["is damaged", "holds NaN for 1 network(s) (networks 5;"]),
+], ids=["wrong-task", "missing-target", "unknown-target", "nan-target", "nan-target-ray", "ssl-batch-too-large",
+        "bad-blocks", "baseline-with-blocks", "baseline-without-bn", "address-without-workers", "nan-weights",
+        "nan-weights-mlp-align"])
+def test_train_refuses_a_store_that_does_not_fit_before_writing_anything(tiny_store, sine_stores, nan_store,
+                                                                         tmp_path, store, options, messages):
+    """Issue 21: each refusal is one clear line, exit 2, and no (empty) run directory is left behind."""
+    path = {"digits": tiny_store, "sines": sine_stores[0], "holes": sine_stores[1], "nan": nan_store}[store]
+    run = tmp_path / "runs" / "run"
+    result = CliRunner().invoke(main, ["train", str(path), "--out", str(run), "--epochs", "1", "--hidden-channels",
+                                       "4", *options])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    for message in messages:
+        assert message in result.output
+    assert not (tmp_path / "runs").exists()
+    assert "0..60" not in result.output and "0..45" not in result.output
+
+
+def test_train_offers_what_the_registries_build_with_the_options_defaults():
+    """`zoo train` reads its choices and defaults from dws.tasks.options; the models and tasks named
+    there are those dws.tasks.models and dws.tasks.objectives build."""
+    from dws.baselines import BASELINES
+    from dws.tasks import objectives, options
+
+    assert options.MODELS == ("dwsnet", *BASELINES)
+    assert options.TASKS == tuple(objectives.TASKS)
+    params = {p.name: p for p in main.commands["train"].params}
+    assert set(params) == {"store"} | set(options.DEFAULTS) - {"progress", "pool"}
+    for name, param in params.items():
+        if name != "store":
+            assert param.default == options.DEFAULTS[name], name
+    assert tuple(params["model"].type.choices) == options.MODELS
+    assert tuple(params["task"].type.choices) == options.TASKS
 
 
 def _assert_refused(args: list[str], message: str, not_created) -> None:

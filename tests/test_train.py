@@ -52,6 +52,68 @@ def test_eval_refuses_an_incompatible_store(trained_run, tmp_path):
         evaluate_run(out, sines)
 
 
+def test_mlp_align_aligns_the_store_once_and_its_run_evaluates(tiny_store, tmp_path):
+    """The model's prepare_store hook: one aligned store for every seed and rerun, its reference kept
+    in the checkpoint, so that `zoo eval` aligns another store's networks the same way."""
+    opts = TrainOptions(store=str(tiny_store), model="mlp-align", epochs=1, lr=1e-3, seeds=2, batch_size=16,
+                        hidden_channels=4, augment=False, out=str(tmp_path / "run"), **QUIET)
+    lines = []
+    metrics = train_run(opts, log=lines.append)
+    assert sum("building the MergeMany reference" in line for line in lines) == 1
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["data_store"] == str(
+        tmp_path / "run" / "aligned-store")
+    again = evaluate_run(tmp_path / "run", tiny_store)
+    assert again["accuracy"] == pytest.approx(metrics["test"][0]["accuracy"], abs=1e-6)
+    assert again["loss"] == pytest.approx(metrics["test"][0]["loss"], rel=1e-5)
+
+    lines.clear()
+    rerun = train_run(opts, log=lines.append)  # reuses the aligned store: same networks, same results
+    assert not any("MergeMany" in line for line in lines)
+    assert rerun["test"] == metrics["test"]
+
+
+def test_an_aligned_store_is_reused_only_for_the_same_store_and_settings(tiny_store, tmp_path):
+    import shutil
+
+    from dws.baselines import AlignedMLP
+    from zoo.store import WeightStore
+
+    other = tmp_path / "copy"
+    shutil.copytree(tiny_store, other)
+
+    def prepare(store, **kw):
+        lines = []
+        model = AlignedMLP((2, 32, 32, 1), 10, hidden=8, subsample=8, max_iter=3, **kw)
+        aligned = model.prepare_store(WeightStore(store), tmp_path / "run", lines.append)
+        assert bool(model.prepared) and not model.align_in_forward
+        return aligned, model.reference.clone(), any("MergeMany" in line for line in lines)
+
+    first, reference, built = prepare(tiny_store)
+    assert built and first.root == tmp_path / "run" / "aligned-store"
+    again, same_reference, built = prepare(tiny_store)
+    assert not built and torch.equal(same_reference, reference)
+    for store, kw in ((other, {}), (other, {"seed": 1})):  # another store, then other settings: made again
+        aligned, _, built = prepare(store, **kw)
+        assert built and aligned.manifest["generation"]["derived_from"] == str(other)
+
+
+@pytest.mark.parametrize("epochs", [2, 3, 7, 40])
+def test_curves_count_epochs_from_one_on_integer_ticks(epochs):
+    import matplotlib.pyplot as plt
+
+    from dws.tasks.rundir import curve_figure
+
+    history = [{"epoch": e, "train_loss": 1.0 / (e + 1), "val_accuracy": e / epochs} for e in range(epochs)]
+    fig = curve_figure([history, history[: epochs - 1]], "accuracy")
+    fig.canvas.draw()
+    for ax in fig.axes:
+        assert list(ax.lines[0].get_xdata()) == list(range(1, epochs + 1))
+        shown = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert shown and all(float(t).is_integer() for t in shown), shown
+    assert fig.axes[1].get_ylabel() == "val accuracy"
+    plt.close(fig)
+
+
 class _Batch:
     def __init__(self, ws):
         self.ws = ws

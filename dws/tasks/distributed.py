@@ -73,17 +73,18 @@ def _worker(config: dict) -> None:
 
 def train_distributed(opts: TrainOptions, log=print) -> dict:
     """``train_run`` with ``opts.workers`` Ray Train workers (joining ``opts.address`` if given)."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
-    from ray.train.torch import TorchConfig, TorchTrainer
-
     if opts.workers < 2:
         raise ValueError(f"train_distributed needs workers >= 2, got {opts.workers}")
     # the workers' working directory is Ray's, not ours: absolute paths only
     run_dir = Path(opts.out or default_run_dir(opts)).resolve()
     opts = replace(opts, store=str(store_root(opts.store).resolve()), out=str(run_dir))
     prepare_run(opts, log)  # refusals before anything is written; a derived store (mlp-align) made once
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+    from ray.train import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
+    from ray.train.torch import TorchConfig, TorchTrainer
+
     (run_dir / "train.log").unlink(missing_ok=True)
     (run_dir / "metrics.json").unlink(missing_ok=True)  # so a stale one is never mistaken for this run's
 

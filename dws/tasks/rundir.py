@@ -66,6 +66,14 @@ def write_run(run: PreparedRun, outcome: dict, log=print) -> dict:
 
 
 def plot_curves(histories: list[list[dict]], metric: str, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = curve_figure(histories, metric)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def curve_figure(histories: list[list[dict]], metric: str):
     """Training loss and validation ``metric`` per epoch, one line per seed run; epochs counted from 1."""
     import matplotlib
 
@@ -83,8 +91,7 @@ def plot_curves(histories: list[list[dict]], metric: str, path: Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     a.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 @dataclass
