@@ -149,26 +149,20 @@ def test_the_cli_and_the_train_options_load_no_torch():
 
 
 # ------------------------------------------------------------------------- the checks catch what they should
-def _write(root: Path, files: dict[str, str]) -> None:
+def _graph_of(root: Path, files: dict[str, str]) -> dict[str, set[str]]:
+    """The import graph of a small project made of ``files`` (path: source) under ``root``."""
     for name, text in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-
-
-def _graph_of(root: Path) -> dict[str, set[str]]:
     return import_graph(modules_under(root, [p.name for p in root.iterdir()]))
 
 
 def test_a_cycle_through_a_lazy_import_is_found(tmp_path):
     """As in dws/tasks before issue 16: run.py imported distributed.py inside a function."""
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/run.py": "from .trainer import train\n\ndef go():\n    from .distributed import spread\n",
-        "pkg/distributed.py": "from .run import go\n",
-        "pkg/trainer.py": "import os\n",
-    })
-    graph = _graph_of(tmp_path)
+    run = "from .trainer import train\n\ndef go():\n    from .distributed import spread\n"
+    graph = _graph_of(tmp_path, {"pkg/__init__.py": "", "pkg/run.py": run, "pkg/trainer.py": "import os\n",
+                                 "pkg/distributed.py": "from .run import go\n"})
     assert graph["pkg.run"] == {"pkg.trainer", "pkg.distributed"}
     cycle = find_cycle(graph)
     assert cycle is not None and set(cycle) == {"pkg.run", "pkg.distributed"}
@@ -177,14 +171,8 @@ def test_a_cycle_through_a_lazy_import_is_found(tmp_path):
 
 
 def test_an_upward_import_is_found(tmp_path):
-    _write(tmp_path, {
-        "low/__init__.py": "",
-        "low/a.py": "import high.b\n",
-        "low/c.py": "",
-        "high/__init__.py": "",
-        "high/b.py": "from low import c\nfrom low.a import x\n",
-    })
-    graph = _graph_of(tmp_path)
+    graph = _graph_of(tmp_path, {"low/__init__.py": "", "low/a.py": "import high.b\n", "low/c.py": "",
+                                 "high/__init__.py": "", "high/b.py": "from low import c\nfrom low.a import x\n"})
     assert graph["high.b"] == {"low.c", "low.a"}
     layers = (("low",), ("high",))
     assert upward_imports(graph, layers) == ["low.a (low, layer 0) imports high.b (high, layer 1)"]
