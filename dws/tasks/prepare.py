@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -58,7 +58,7 @@ class PreparedRun:
     model_kwargs: dict
     data_store: WeightStore  # the store the model trains on (``store``, or what its hook derived)
     device: str
-    augment: Callable | None = field(default=None)
+    augment: Callable | None = None  # the training augmentation (None: --no-augment)
 
     def build_model(self, log=print) -> tuple[nn.Module, dict]:
         """A freshly initialized model (seed the global RNG first), ready for ``data_store``'s networks."""
