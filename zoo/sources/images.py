@@ -53,36 +53,62 @@ class OfficialSplit:
     images: np.ndarray
     labels: np.ndarray
     files: list[dict] = field(default_factory=list)
+    item_ids: np.ndarray | None = None  # what the items' ``item_ids`` index; default: position in this split
+
+
+def check_labels(labels, count: int, classes: int, path, hint: str) -> np.ndarray:
+    """``labels`` as int64 [count] in 0..classes-1, or a DataError naming the file and what is wrong."""
+    if labels is None:
+        raise DataError(f"{path}: no labels. {hint}")
+    array = np.asarray(labels)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise DataError(f"{path}: labels must be a list of integers, got {array.dtype} {array.shape}. {hint}")
+    if len(array) != count:
+        raise DataError(f"{path}: {count} images but {len(array)} labels: a file is cut short or does not "
+                        f"belong with the other. {hint}")
+    bad = np.flatnonzero((array < 0) | (array >= classes))
+    if bad.size:
+        raise DataError(f"{path}: label {array[bad[0]]} of item {bad[0]} is out of range 0..{classes - 1} "
+                        f"({bad.size} such labels). {hint}")
+    return array.astype(np.int64)
 
 
 @dataclass(frozen=True)
 class HoldOut:
     """Which items of the official train split become the validation split.
 
-    ``last=k``: the last k items (for files in random order, e.g. MNIST). ``every=k``: items whose
-    index is a multiple of k (for files sorted by class, so that validation covers every class).
+    ``last=k``: the last k items (for files in random order, e.g. MNIST). ``last_share=f``: the
+    last ``round(f * n)`` of the n items read (for sources that may read only part of the official
+    train split, e.g. two of CIFAR-10's five batches). ``every=k``: items whose index is a multiple
+    of k (for files sorted by class, so that validation covers every class).
     """
 
     last: int = 0
     every: int = 0
+    last_share: float = 0.0
 
     def __post_init__(self):
-        if (self.last > 0) == (self.every > 0):
-            raise ValueError("HoldOut needs exactly one of last=k or every=k (k > 0)")
+        if sum(rule > 0 for rule in (self.last, self.every, self.last_share)) != 1 or self.last_share >= 1:
+            raise ValueError("HoldOut needs exactly one of last=k, every=k (k > 0) or last_share=f (0 < f < 1)")
 
     def mask(self, n: int) -> np.ndarray:
         """Boolean [n]: True for validation items."""
         index = np.arange(n)
-        if self.last:
-            if self.last >= n:
-                raise ValueError(f"cannot hold out the last {self.last} of only {n} train items")
-            return index >= n - self.last
-        return index % self.every == 0
+        if self.every:
+            return index % self.every == 0
+        last = round(self.last_share * n) if self.last_share else self.last
+        if last >= n:
+            raise ValueError(f"cannot hold out the last {last} of only {n} train items")
+        return index >= n - last
 
     def describe(self) -> str:
-        val = (f"the last {self.last} items" if self.last
-               else f"the items whose index is a multiple of {self.every}")
-        return f"val = {val} of the official train split, train = the rest; test = official test"
+        if self.last_share:
+            val = f"the last {self.last_share:.0%} (rounded) of the official train items read"
+        elif self.last:
+            val = f"the last {self.last} items of the official train split"
+        else:
+            val = f"the items of the official train split whose index is a multiple of {self.every}"
+        return f"val = {val}, train = the rest; test = official test"
 
 
 class ImageSource(Source):
@@ -120,10 +146,11 @@ class ImageSource(Source):
             data = self.official(official)
             n = len(data.labels)
             keep = np.ones(n, bool) if split == "test" else self.holdout.mask(n) == (split == "val")
+            ids = np.arange(n) if data.item_ids is None else data.item_ids
             self._splits[split] = ImageSplit(
                 images=data.images[keep].astype(np.float32) / np.float32(self.pixel_scale),
                 labels=data.labels[keep].astype(np.int64),
-                item_ids=np.flatnonzero(keep).astype(np.int64),
+                item_ids=ids[keep].astype(np.int64),
                 source=self.name, split=split, official_split=official,
             )
         return self._splits[split]
@@ -134,6 +161,14 @@ class ImageSource(Source):
     def targets(self, split: str) -> torch.Tensor:
         """[N, H*W, C]; shares memory with the cached split's images, so do not modify it in place."""
         return pixel_targets(self.split(split).images)
+
+    def files_read(self) -> list[dict]:
+        """The records of the files read so far, each file once."""
+        records = {}
+        for official in sorted(self._official):
+            for record in self._official[official].files:
+                records.setdefault((record.get("path", record.get("name")), record.get("sha256")), record)
+        return list(records.values())
 
     def provenance(self) -> dict:
         """Everything read so far: call it after reading the splits the store is made from."""
@@ -146,7 +181,7 @@ class ImageSource(Source):
             "item_ids": "index of the item within its official split file (see official_split)",
             "counts": {s: len(d) for s, d in self._splits.items()},
             "official_splits_read": sorted(self._official),
-            "files": [f for o in sorted(self._official) for f in self._official[o].files],
+            "files": self.files_read(),
             "coordinates": image_grid_manifest(*self.shape[:2]),
             **self.describe(),
         }

@@ -20,8 +20,8 @@ import numpy as np
 
 from .errors import DataError
 from .fetch import download_file
-from .idx import load_idx
-from .images import HoldOut, ImageSource, OfficialSplit
+from .idx import REDOWNLOAD, load_idx
+from .images import HoldOut, ImageSource, OfficialSplit, check_labels
 
 FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -116,13 +116,13 @@ def read_split(root: str | Path, split: str, dataset: IdxDataset = MNIST, verify
         load_idx(path, md5=dataset.content_md5[stem] if verify else None, ndim=ndim)
         for path, stem, ndim in zip(paths, FILES[split], (3, 1))
     )
-    n = len(images.array)
-    if images.array.shape[1:] != (28, 28) or len(labels.array) != n:
-        raise DataError(f"{paths[0]}, {paths[1]}: images {images.array.shape} and labels {labels.array.shape} "
-                        f"do not form a {dataset.title} split of 28x28 images with one label each.")
-    if labels.array.size and labels.array.max() >= len(dataset.classes):
-        raise DataError(f"{paths[1]}: label {labels.array.max()} out of range for {len(dataset.classes)} classes.")
-    return OfficialSplit(images.array[..., None], labels.array.astype(np.int64), [images.record, labels.record])
+    if images.array.shape[1:] != (28, 28):
+        raise DataError(f"{paths[0]}: images of shape {images.array.shape[1:]}, expected 28x28 for {dataset.title}. "
+                        + REDOWNLOAD)
+    label_array = check_labels(labels.array, len(images.array), len(dataset.classes), paths[1],
+                               f"{paths[0].name} and {paths[1].name} must be the {dataset.title} {split} files. "
+                               + REDOWNLOAD)
+    return OfficialSplit(images.array[..., None], label_array, [images.record, labels.record])
 
 
 def download(root: str | Path, dataset: IdxDataset = MNIST, splits=("train", "test")) -> dict[str, str]:

