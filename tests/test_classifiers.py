@@ -3,15 +3,11 @@ diverging networks, and a store that numpy alone evaluates to its recorded accur
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +16,7 @@ from click.testing import CliRunner
 
 from cli import main
 from clf_helpers import synthetic_images, write_cifar_like, write_idx, write_mnist_like
+from generate_helpers import kill_after_chunks
 from zoo.fit.adam import MaskedAdam
 from zoo.generate.run import GenerateOptions, generate
 from zoo.sources import DataError
@@ -32,7 +29,6 @@ from zoo.train.runs import Diversity, draw_run
 from zoo.train.schedule import TrainSchedule
 from zoo.train.trainer import class_loss_and_grad, flushed_denormals, train_runs
 
-REPO = Path(__file__).resolve().parents[1]
 QUIET = dict(log=lambda *_: None)
 
 
@@ -356,20 +352,7 @@ def test_rerun_after_kill_resumes_without_gaps(mnist_like, tmp_path):
     cmd = [sys.executable, "-m", "cli", "generate", "mnist-classifiers", "--out", str(out), "--data-root",
            str(mnist_like), "--source-option", "verify=false", "--limit", "8", "--batch-size", "32", "--steps", "300",
            "--checkpoint-every", "100", "--chunk-size", "8"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
-    manifest = out / "manifest.json"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            done = json.loads(manifest.read_text())["complete_chunks"]
-        except (FileNotFoundError, json.JSONDecodeError):
-            done = []
-        if len(done) >= 2:
-            break
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    state = json.loads(manifest.read_text())
+    state = kill_after_chunks(cmd, out, chunks=2)
     assert state["status"] == "in_progress" and 2 <= len(state["complete_chunks"]) < 4
     logs = []
     generate(GenerateOptions(out=str(out), **trajectory_options(mnist_like, **slow)), log=logs.append)

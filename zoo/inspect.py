@@ -13,6 +13,7 @@ from .inspect_classifiers import is_classifier_store
 from .inspect_classifiers import show as show_classifiers
 from .inspect_classifiers import summary as classifier_summary
 from .sources.grids import image_grid, sine_grid
+from .figures import save_figure
 from .store import WeightStore
 
 
@@ -121,8 +122,4 @@ def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = 
     axes[0, 0].set_ylabel("INR")
     axes[1, 0].set_ylabel("source")
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)

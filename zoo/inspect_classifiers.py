@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .figures import save_figure
 from .store import WeightStore
 
 
@@ -132,8 +133,4 @@ def show(store: WeightStore, out: Path, count: int = 8) -> Path:
         right.set_title("mean accuracy per class pair")
     fig.suptitle(f"{store.manifest['kind']}: {store.num_networks} networks")
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)

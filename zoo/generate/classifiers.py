@@ -30,11 +30,11 @@ from ..train.runs import Diversity, RunSettings, draw_run
 from ..train.schedule import TrainSchedule
 from ..train.trainer import train_runs
 from ..train.evaluate import TIE_MARGIN
-from .inr import CLASSIFIER_OPTIONS, refuse_options
 from .plan import limited_counts
-from .recipe import Layout, Recipe
+from .recipe import Layout, Recipe, refuse_options
 
-INR_OPTIONS = {"views": 1, "init": "siren", "psnr_stop": None, "no_early_stop": False, "compile": False}
+INR_OPTIONS = {  # options of INR kinds, at their defaults
+    "views": 1, "init": "siren", "psnr_stop": None, "no_early_stop": False, "compile": False}
 RUN_RULE = ("runs are numbered as in the full zoo, split by run (train, val, test in that order); --limit keeps the "
             "first runs of each split; a run's checkpoints are consecutive networks, in step order")
 

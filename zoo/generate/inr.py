@@ -22,26 +22,17 @@ from ..sources.images import ImageSource
 from ..store.format import bias_name, weight_name
 from ..store.writer import chunk_bounds, write_chunk
 from .plan import LIMIT_RULE, build_plan
-from .recipe import Layout, Recipe
+from .recipe import Layout, Recipe, refuse_options
 
-CLASSIFIER_OPTIONS = {"epochs": None, "batch_size": None, "checkpoint_every": None, "diversity": False,
-                      "source_options": None, "group": None}
-
-
-def refuse_options(opts, defaults: dict, kind: str, applies_to: str) -> None:
-    """ValueError naming the first option in ``defaults`` that was changed for a kind it does not apply to."""
-    for name, default in defaults.items():
-        if getattr(opts, name) not in (default, {} if default is None else default):
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} applies to {applies_to} only, not to {kind}")
+CLASSIFIER_OPTIONS = {  # options of classifier kinds, at their defaults
+    "epochs": None, "batch_size": None, "checkpoint_every": None, "diversity": False, "group": None}
 
 
 class InrRecipe(Recipe):
     verb = "fitting"
 
     def __init__(self, kind, opts):
-        refuse_options(opts, {k: v for k, v in CLASSIFIER_OPTIONS.items() if k != "source_options"}, kind.name,
-                       "classifier zoos")
+        refuse_options(opts, CLASSIFIER_OPTIONS, kind.name, "classifier zoos")
         self.kind, self.opts = kind, opts
         self.spec = SirenSpec(kind.widths, init=opts.init)
         self.fit = _fit_config(kind.fit, opts)

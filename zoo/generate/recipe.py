@@ -60,3 +60,11 @@ class Recipe(ABC):
     def report(self, table, log) -> dict:
         """After every chunk is in: say what the user must know (``log``) and return manifest keys."""
         return {}
+
+
+def refuse_options(opts, defaults: dict, kind: str, applies_to: str) -> None:
+    """ValueError naming the first option in ``defaults`` that was changed for a kind it does not apply to."""
+    for name, default in defaults.items():
+        if getattr(opts, name) != default:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} applies to {applies_to} only, not to {kind}")

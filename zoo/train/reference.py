@@ -4,6 +4,8 @@ autograd, on the same batches. The yardstick the batched trainer is checked (tes
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -14,9 +16,11 @@ from .runs import RunSettings
 from .schedule import ADAM_BETAS, ADAM_EPS, TrainSchedule
 
 
-def train_one(spec: MlpSpec, data: ClassifierData, run: RunSettings, schedule: TrainSchedule, steps: int | None = None):
-    """Returns ``(net, losses)``: the trained ``nn.Sequential`` and its batch losses. ``steps``
-    stops early (tests); dropout masks are PyTorch's own, not the batched trainer's."""
+def train_one(spec: MlpSpec, data: ClassifierData, run: RunSettings, schedule: TrainSchedule,
+              at_checkpoint: Callable[[int, torch.nn.Module], None] | None = None):
+    """Returns ``(net, losses)``: the trained ``nn.Sequential`` and its batch losses;
+    ``at_checkpoint(step, net)`` is called at each of the schedule's checkpoint steps. Dropout
+    masks are PyTorch's own, not the batched trainer's."""
     plan = batch_plan(run, data.train_labels, schedule)
     x = normalized(data, "train")
     w, b = init_params(spec, [run.seed], [run.init_scale])
@@ -25,7 +29,10 @@ def train_one(spec: MlpSpec, data: ClassifierData, run: RunSettings, schedule: T
     classes = torch.tensor(run.classes)
     every_class = run.classes == tuple(range(spec.num_classes))
     losses = []
-    for t in range(plan.steps if steps is None else min(steps, plan.steps)):
+    checkpoints = set(schedule.checkpoint_steps(plan.steps)) if at_checkpoint else set()
+    if 0 in checkpoints:
+        at_checkpoint(0, net)
+    for t in range(plan.steps):
         keep = plan.targets[t] >= 0
         out = net(x[torch.from_numpy(plan.indices[t][keep])])
         loss = F.cross_entropy(out if every_class else out[:, classes], torch.from_numpy(plan.targets[t][keep]))
@@ -33,6 +40,8 @@ def train_one(spec: MlpSpec, data: ClassifierData, run: RunSettings, schedule: T
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        if t + 1 in checkpoints:
+            at_checkpoint(t + 1, net)
     return net.eval(), np.array(losses, np.float32)
 
 

@@ -9,8 +9,8 @@ activation together); the grouping changes speed only.
 A network whose loss or gradient turns non-finite at step ``t`` stops there: it keeps the
 parameters it had (finite: no update with a non-finite gradient is ever applied), every
 checkpoint from step ``t`` on holds them and is marked diverged, and the caller reports it. On a
-CPU, denormal floats (the tails of confident softmaxes, products with them) are flushed to zero
-while training: x86 computes on them ~100x slower.
+CPU, denormal floats are flushed to zero while training (x86 computes on them ~100x slower):
+ReLU zoos were checked to produce none, sigmoid and GELU runs a few (~1 in 10^5 gradient values).
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def train_runs(spec: MlpSpec, data: ClassifierData, runs: list[RunSettings], sch
                 for i, result in zip(part, _train_group(spec, x_train, data.train_labels, [runs[i] for i in part],
                                                         schedule, device)):
                     results[i] = result
-        if evaluate:
-            evaluate_checkpoints(data, results, device)
+    if evaluate:  # IEEE arithmetic, as anyone re-evaluating a stored network gets it
+        evaluate_checkpoints(data, results, device)
     return results
 
 
