@@ -151,6 +151,20 @@ def test_results_depend_on_seed_and_run_only():
             np.testing.assert_array_equal(a.train_loss, b.train_loss)
 
 
+def test_the_pytorch_adam_path_agrees_with_the_native_one(monkeypatch):
+    """What a GPU (or a CPU without the C kernels) runs: the same training up to float rounding."""
+    data = small_data()
+    spec = MlpSpec((48, 16, 16, 10))
+    schedule = TrainSchedule(epochs=1, batch_size=32, lr=5e-3, steps=8)
+    runs = [draw_run(3, r, 10, 10, 5e-3, Diversity()) for r in range(4)]
+    native = train_runs(spec, data, runs, schedule)
+    monkeypatch.setattr("zoo.fit.adam.native.library", lambda: None)
+    fallback = train_runs(spec, data, runs, schedule)
+    for a, b in zip(native, fallback):
+        for m in range(spec.num_layers):
+            np.testing.assert_allclose(a.weights[m], b.weights[m], rtol=0, atol=1e-3 * a.run.lr)
+
+
 def test_a_diverging_network_stops_and_leaves_the_others_alone():
     data = small_data()
     spec = MlpSpec((48, 16, 10))
@@ -168,6 +182,7 @@ def test_a_diverging_network_stops_and_leaves_the_others_alone():
     assert statuses == ["ok" if s < bad.diverged_at else "diverged" for s in bad.steps]
     assert all(np.isfinite(w).all() for w in bad.weights + bad.biases)  # storable
     assert np.isnan(bad.test_accuracy[np.array(statuses) == "diverged"]).all()
+    assert np.isnan(bad.train_loss[np.array(statuses) == "diverged"]).all()
     assert not np.isnan(bad.test_accuracy[np.array(statuses) == "ok"]).any()
 
 

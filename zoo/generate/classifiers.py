@@ -160,6 +160,7 @@ class ClassifierRecipe(Recipe):
         return columns
 
     def share(self, executor) -> None:
+        self.data.key  # hash the images once here rather than in every task
         self.shared_data = executor.share(self.data)
 
     def job(self, root: str, manifest: dict, chunk: int, device: str) -> dict:

@@ -201,20 +201,21 @@ def _train_group(spec: MlpSpec, x_train: Tensor, labels: np.ndarray, runs: list[
             run=runs[k], steps=wanted[k],
             weights=[torch.stack([c[0][m] for c in taken[k]]).numpy() for m in range(spec.num_layers)],
             biases=[torch.stack([c[1][m] for c in taken[k]]).numpy() for m in range(spec.num_layers)],
-            train_loss=window_losses(losses[k].numpy(), wanted[k], plans[k].pass_steps),
+            train_loss=window_losses(losses[k].numpy(), wanted[k], plans[k].pass_steps, diverged_at[k]),
             diverged_at=diverged_at[k],
         )
         for k in range(K)
     ]
 
 
-def window_losses(losses: np.ndarray, steps: list[int], pass_steps: int) -> np.ndarray:
+def window_losses(losses: np.ndarray, steps: list[int], pass_steps: int, diverged_at: int | None = None) -> np.ndarray:
     """Per checkpoint, the mean batch loss of the steps since the previous checkpoint (for the
-    first one: of the last pass over the data before it; NaN for step 0)."""
+    first one: of the last pass over the data before it); NaN for step 0 and for checkpoints of a
+    diverged run from its divergence on."""
     out = np.full(len(steps), np.nan, np.float32)
     for c, step in enumerate(steps):
         start = steps[c - 1] if c > 0 else max(0, step - pass_steps)
-        if step > start:
+        if step > start and (diverged_at is None or step < diverged_at):
             out[c] = np.float32(losses[start:step].astype(np.float64).mean())
     return out
 
