@@ -236,6 +236,28 @@ def pair_store(cifar_like, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def diverse_store(mnist_like, tmp_path_factory):
+    out = tmp_path_factory.mktemp("diverse") / "store"
+    generate(GenerateOptions(out=str(out), **trajectory_options(mnist_like, diversity=True, limit=12, steps=8)),
+             **QUIET)
+    return out
+
+
+def test_diverse_store_records_each_runs_hyperparameters(diverse_store):
+    store = WeightStore(diverse_store)
+    t, m = store.networks.to_pydict(), store.manifest
+    assert m["architecture"]["activation"].startswith("per network") and m["generation"]["diversity"]["lr"]
+    runs = {r: i for i, r in reversed(list(enumerate(t["trajectory_id"])))}  # first row of each run
+    assert len({t["activation"][i] for i in runs.values()}) > 1
+    for name in ("lr", "weight_decay", "dropout", "init_scale", "data_fraction"):
+        values = [t[name][i] for i in runs.values()]
+        assert len(set(values)) == len(values)  # drawn per run
+        low, high = m["generation"]["diversity"][name]
+        assert all(low <= v <= high for v in values)
+        assert all(t[name][i] == t[name][runs[r]] for i, r in enumerate(t["trajectory_id"]))  # constant in a run
+
+
 def test_trajectory_store_layout(trajectory_store):
     """Runs are split whole; a chunk holds whole runs; a limit keeps the first runs of each split."""
     store = WeightStore(trajectory_store)
@@ -334,7 +356,7 @@ NUMPY_EVALUATION = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("store", ["trajectory_store", "pair_store"])
+@pytest.mark.parametrize("store", ["trajectory_store", "pair_store", "diverse_store"])
 def test_numpy_only_evaluation_reproduces_stored_accuracies(store, request, tmp_path):
     """Another lab's evaluation: numpy + zarr + pyarrow, the manifest, the test files; nothing of ours."""
     root = request.getfixturevalue(store)
