@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 from ..fit.fitter import FitConfig
 from ..train.schedule import TrainSchedule
+from .classifiers import ClassifierRecipe
+from .inr import InrRecipe
+from .recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,8 @@ class ZooKind:
     targets: tuple[str, ...]  # per-network columns a task can predict
     description: str
 
-    def recipe(self, opts):
+    def recipe(self, opts) -> Recipe:
+        """How this kind makes its networks, for these options (refusing those that do not apply)."""
         raise NotImplementedError
 
 
@@ -36,8 +40,6 @@ class InrKind(ZooKind):
     fit: FitConfig
 
     def recipe(self, opts):
-        from .inr import InrRecipe
-
         return InrRecipe(self, opts)
 
 
@@ -51,8 +53,6 @@ class ClassifierKind(ZooKind):
     input_std: tuple[float, ...]
 
     def recipe(self, opts):
-        from .classifiers import ClassifierRecipe
-
         return ClassifierRecipe(self, opts)
 
 

@@ -122,14 +122,20 @@ def forward_train(weights, biases, x: Tensor, activation: Activation, masks=None
     raise AssertionError("unreachable")
 
 
-def backward(weights, cache: ForwardCache, grad_logits: Tensor, activation: Activation):
-    """Gradients of ``sum_k loss_k`` for every weight ``[K, d_m, d_{m-1}]`` and bias ``[K, d_m]``."""
+def backward(weights, cache: ForwardCache, grad_logits: Tensor, activation: Activation, out=None):
+    """Gradients of ``sum_k loss_k`` for every weight ``[K, d_m, d_{m-1}]`` and bias ``[K, d_m]``,
+    written into ``out = (grad_w, grad_b)`` when given (a training loop reuses them: fresh
+    multi-megabyte tensors every step would be page-faulted in again each time)."""
     L = len(weights)
-    grad_w, grad_b = [None] * L, [None] * L
+    grad_w, grad_b = out if out is not None else ([None] * L, [None] * L)
     g = grad_logits
     for m in range(L - 1, -1, -1):
-        grad_w[m] = torch.bmm(g.transpose(1, 2), cache.inputs[m])
-        grad_b[m] = g.sum(dim=1)
+        if out is None:
+            grad_w[m] = torch.bmm(g.transpose(1, 2), cache.inputs[m])
+            grad_b[m] = g.sum(dim=1)
+        else:
+            torch.bmm(g.transpose(1, 2), cache.inputs[m], out=grad_w[m])
+            torch.sum(g, dim=1, out=grad_b[m])
         if m > 0:
             g = torch.bmm(g, weights[m])
             if cache.masks is not None:

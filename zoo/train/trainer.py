@@ -170,16 +170,19 @@ def _train_group(spec: MlpSpec, x_train: Tensor, labels: np.ndarray, runs: list[
     diverged_at: list[int | None] = [None] * K
     active = torch.ones(K, dtype=torch.bool)
     ends = torch.tensor(total)
+    # buffers reused every step: the inputs of all K networks and the gradients
+    x = torch.empty(K * B, spec.widths[0], device=device)
+    grad_w, grad_b = [torch.empty_like(w) for w in weights], [torch.empty_like(b) for b in biases]
     with torch.no_grad():
         for t in range(T):
             running = active & (t < ends)
             if not bool(running.any()):
                 break
-            x = x_train.index_select(0, indices[:, t].reshape(-1)).view(K, B, -1)
+            torch.index_select(x_train, 0, indices[:, t].reshape(-1), out=x)
             masks = _dropout_masks(runs, generators, spec, B, device)
-            out, cache = forward_train(weights, biases, x, activation, masks)
+            out, cache = forward_train(weights, biases, x.view(K, B, -1), activation, masks)
             loss, grad_out = class_loss_and_grad(out, class_index, targets[:, t])
-            grad_w, grad_b = backward(weights, cache, grad_out, activation)
+            backward(weights, cache, grad_out, activation, out=(grad_w, grad_b))
             finite = torch.isfinite(loss)
             for g in grad_w + grad_b:
                 finite &= torch.isfinite(g.flatten(1).sum(dim=1))
