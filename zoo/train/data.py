@@ -118,7 +118,7 @@ def normalized(data: ClassifierData, split: str, device="cpu") -> torch.Tensor:
         h, w, c = data.image_shape
         mean = torch.tensor(data.mean, dtype=torch.float32).repeat_interleave(h * w)
         std = torch.tensor(data.std, dtype=torch.float32).repeat_interleave(h * w)
-        values = torch.from_numpy(np.asarray(pixels)).to(torch.float32)
+        values = torch.tensor(pixels, dtype=torch.float32)  # a copy: Ray hands workers read-only arrays
         values.div_(data.pixel_scale).sub_(mean).div_(std)
         _NORMALIZED[cache_key] = values.to(device)
     return _NORMALIZED[cache_key]

@@ -227,7 +227,7 @@ def evaluate_checkpoints(data: ClassifierData, results: list[Checkpoints], devic
     """Fill every checkpoint's test accuracy on the official test images of its run's classes."""
     device = torch.device(device)
     x_test = normalized(data, "test", device)
-    labels = torch.from_numpy(data.test_labels).to(device)
+    labels = torch.tensor(data.test_labels, device=device)
     selected = None
     for r in sorted(results, key=lambda r: r.run.classes):  # each class subset is gathered once
         classes = torch.tensor(r.run.classes, device=device)
