@@ -128,6 +128,9 @@ def show(store: WeightStore, out: Path, count: int = 8) -> Path:
         grid[counts > 0] = sums[counts > 0] / counts[counts > 0]
         image = right.imshow(grid, cmap="viridis")
         fig.colorbar(image, ax=right, label="mean test accuracy")
+        names = store.manifest["source"].get("classes") or [str(c) for c in range(num_classes)]
+        right.set_xticks(range(num_classes), names, rotation=90, fontsize=7)
+        right.set_yticks(range(num_classes), names, fontsize=7)
         right.set_xlabel("second class")
         right.set_ylabel("first class")
         right.set_title("mean accuracy per class pair")
