@@ -62,14 +62,35 @@ def main():
     """Model zoos of small networks (Zarr v3 weight stores) and DWSNets over their weights."""
 
 
+def _parse_source_options(values: tuple[str, ...]) -> dict | None:
+    """``KEY=VALUE`` pairs; a value is read as JSON when it parses (``false``, ``[1, 2]``), else as text."""
+    import json
+
+    options = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE, e.g. verify=false")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options or None
+
+
 @main.command()
 @click.argument("kind")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Store directory to create or resume.")
 @click.option("--dataset", default=None, help="Data source (default: the kind's). E.g. mnist, mnist-offline, digits.")
 @click.option("--data-root", default=None, type=click.Path(), help="Folder with the data set's files.")
 @click.option("--download", is_flag=True, help="Fetch missing data files from the official mirrors (checksummed).")
+@click.option("--source-option", "source_options", multiple=True, metavar="KEY=VALUE",
+              callback=lambda ctx, param, v: _parse_source_options(v),
+              help="An option of the data source (repeatable; VALUE read as JSON when it parses), recorded in the "
+                   "manifest. E.g. verify=false.")
 @click.option("--limit", default=None, callback=lambda ctx, param, v: _parse_limit(v),
-              help="At most N source items split proportionally, or per split: train=N,val=N,test=N.")
+              help="At most N source items (INR kinds) or training runs (classifier kinds) split proportionally, "
+                   "or per split: train=N,val=N,test=N.")
 @click.option("--views", type=int, default=1, show_default=True, help="Independently initialized INRs per item.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--chunk-size", type=int, default=1024, show_default=True, help="Networks per store chunk (unit of work).")
@@ -84,12 +105,22 @@ def main():
                    "pipelines use; 'published': exactly the paper's code (nn.Linear output layer); "
                    "'reference-siren-first': 'reference' with SIREN's wide first layer (our 'reference' "
                    "before 2026-11-23). See README.")
-@click.option("--steps", type=int, default=None, help="Override the kind's number of fitting steps.")
+@click.option("--steps", type=int, default=None,
+              help="Override the kind's number of fitting steps (classifier kinds: train every run this many steps "
+                   "instead of --epochs).")
 @click.option("--lr", type=float, default=None, help="Override the kind's learning rate.")
+@click.option("--epochs", type=int, default=None, help="Classifier kinds: override the number of epochs.")
+@click.option("--batch-size", type=int, default=None, help="Classifier kinds: override the batch size.")
+@click.option("--checkpoint-every", type=int, default=None,
+              help="Classifier kinds: store a checkpoint every N steps (fmnist/mnist-classifiers: 2).")
+@click.option("--diversity", is_flag=True,
+              help="Classifier kinds: sample learning rate, init scale, weight decay, dropout, activation and data "
+                   "fraction per run (recorded per network).")
 @click.option("--no-early-stop", is_flag=True, help="Disable the PSNR early stop.")
 @click.option("--compile", is_flag=True, help="torch.compile the PyTorch fitting step (measured slower than the default step on both a CPU and an H100; for experiments).")
 def generate(kind, out, **kw):
-    """Fit a zoo of KIND (mnist-inr, fmnist-inr, cifar10-inr, sine-regression, sine-ssl) into a store."""
+    """Make a zoo of KIND into a store: SIREN INRs (mnist-inr, fmnist-inr, cifar10-inr, sine-regression,
+    sine-ssl) or MLP classifiers (cifar10-classifiers, fmnist-classifiers, mnist-classifiers)."""
     from zoo.generate.run import GenerateOptions, generate as run_generate
     from zoo.inspect import summary
     from zoo.store import WeightStore
@@ -119,7 +150,7 @@ def _progress_of(out: str) -> str:
 @main.command()
 @click.argument("store", type=STORE)
 def info(store):
-    """Architecture, counts per split, PSNR percentiles and size on disk of a store."""
+    """Architecture, counts per split, PSNR (INR zoos) or test-accuracy (classifier zoos) percentiles, size on disk."""
     from zoo.inspect import summary
     from zoo.store import WeightStore
 
@@ -129,10 +160,11 @@ def info(store):
 @main.command()
 @click.argument("store", type=STORE)
 @click.option("--out", default="grid.png", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--count", default=8, show_default=True, help="Networks to draw.")
+@click.option("--count", default=8, show_default=True, help="Networks (INR zoos) or runs (classifier trajectories) to draw.")
 @click.option("--data-root", default=None, type=click.Path(), help="Where the source images are (to draw them too).")
 def show(store, out, count, data_root):
-    """Draw decoded INRs beside their source images."""
+    """Draw decoded INRs beside their source images, or a classifier zoo's accuracies (histogram per split;
+    accuracy against step for trajectories, per class pair for pair zoos)."""
     from zoo.inspect import show as draw
     from zoo.store import WeightStore
 

@@ -1,15 +1,12 @@
 """``zoo generate``: determinism across worker counts, resume after a kill, settings checks."""
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
+from generate_helpers import kill_after_chunks
 from zoo.generate.plan import limited_counts
 from zoo.generate.run import GenerateOptions, generate
 from zoo.store import StoreError, WeightStore
@@ -49,21 +46,7 @@ def test_rerun_after_kill_resumes_without_gaps(reference_store, tmp_path):
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "cli", "generate", "mnist-inr", "--out", str(out), "--dataset", "digits",
            "--limit", "48", "--chunk-size", "8", "--steps", "25", "--lr", "1e-3"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd=os.path.dirname(os.path.dirname(__file__)))
-    manifest = out / "manifest.json"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            done = json.loads(manifest.read_text())["complete_chunks"]
-        except (FileNotFoundError, json.JSONDecodeError):
-            done = []
-        if len(done) >= 2:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    state = json.loads(manifest.read_text())
+    state = kill_after_chunks(cmd, out, chunks=2, poll=0.05)
     assert state["status"] == "in_progress" and 2 <= len(state["complete_chunks"]) < 6
     with pytest.raises(StoreError, match="incomplete"):
         WeightStore(out)

@@ -1,4 +1,5 @@
-"""Human-facing views of a store: the ``zoo info`` summary and the ``zoo show`` picture."""
+"""Human-facing views of a store: the ``zoo info`` summary and the ``zoo show`` picture (INR zoos
+here, classifier zoos in :mod:`zoo.inspect_classifiers`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import numpy as np
 import torch
 
 from .fit.siren import SirenSpec, forward
+from .inspect_classifiers import is_classifier_store
+from .inspect_classifiers import show as show_classifiers
+from .inspect_classifiers import summary as classifier_summary
 from .sources.grids import image_grid, sine_grid
+from .figures import save_figure
 from .store import WeightStore
 from .store.format import layers_from_arrays
 
@@ -19,6 +24,8 @@ def spec_of(store: WeightStore) -> SirenSpec:
 
 
 def summary(store: WeightStore) -> str:
+    if is_classifier_store(store):
+        return classifier_summary(store)
     m = store.manifest
     arch = m["architecture"]
     table = store.networks
@@ -71,7 +78,10 @@ def coordinates(store: WeightStore) -> torch.Tensor:
 
 
 def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = None) -> Path:
-    """Decoded INRs (top) beside their source images (bottom), or curves for signal zoos."""
+    """Decoded INRs (top) beside their source images (bottom), or curves for signal zoos; for a
+    classifier zoo, its accuracies (:func:`zoo.inspect_classifiers.show`)."""
+    if is_classifier_store(store):
+        return show_classifiers(store, out, count)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,8 +123,4 @@ def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = 
     axes[0, 0].set_ylabel("INR")
     axes[1, 0].set_ylabel("source")
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)

@@ -1,6 +1,8 @@
 """Where chunks run: in this process, or as Ray tasks (an embedded local cluster or ``--address``).
 
-Both run ``fn(**kwargs)`` for each job and yield results as they finish. Ray is imported only by
+Both run ``fn(**kwargs)`` for each job and yield results as they finish. ``share(value)`` returns
+what a job passes to hand every task the same large read-only value (the value itself here, one
+copy in Ray's object store there, which each task reads without copying). Ray is imported only by
 the Ray executor, so the fitting core works where Ray is not installed.
 """
 
@@ -14,6 +16,9 @@ class LocalExecutor:
     """Runs jobs one after the other in this process (no Ray needed)."""
 
     name = "local"
+
+    def share(self, value):
+        return value
 
     def map_unordered(self, fn: Callable, jobs: Iterable[dict]) -> Iterator:
         for job in jobs:
@@ -43,6 +48,10 @@ class RayExecutor:
                 ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
         self.options = {"num_cpus": 1, "num_gpus": gpus_per_task, "max_retries": 2,
                         "runtime_env": {"env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}}}
+
+    def share(self, value):
+        """An object reference; Ray resolves it to the value when it is a job's keyword argument."""
+        return self.ray.put(value)
 
     def map_unordered(self, fn: Callable, jobs: Iterable[dict]) -> Iterator:
         remote = self.ray.remote(fn).options(**self.options)

@@ -1,23 +1,25 @@
-"""``zoo generate``: plan the zoo, fit its missing chunks, then reduce statistics and finish.
+"""``zoo generate``: plan the zoo, make its missing chunks, then reduce statistics and finish.
 
-Rerunning the same command on an interrupted store fits only the chunks its manifest does not
+What is shared by every kind lives here: creating or resuming the store, refusing a resume with
+other settings, repairing lost chunks, the fan-out over workers, the progress bar, merging the
+rows, the statistics and the final manifest. How a kind makes its networks (fitting SIRENs,
+training classifiers) is its recipe's business (:mod:`zoo.generate.recipe`).
+
+Rerunning the same command on an interrupted store makes only the chunks its manifest does not
 list as complete; since every network depends only on ``(seed, index)`` and the chunking, the
 result equals an uninterrupted run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from ..devices import resolve_device
-from ..fit.siren import Grid2D, SirenSpec
 from ..options import require_at_least, require_positive
 from ..sources import get_source
-from ..sources.images import ImageSource
 from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
 from ..store.location import require_local
 from ..store.manifest import read_manifest
@@ -32,10 +34,9 @@ from ..store.writer import (
     missing_chunks,
     reopen_chunks,
 )
-from .chunk import chunk_moments, fit_chunk
+from .chunk import chunk_moments
 from .executors import make_executor
 from .kinds import get_kind
-from .plan import LIMIT_RULE, Plan, build_plan
 
 
 @dataclass
@@ -45,7 +46,8 @@ class GenerateOptions:
     dataset: str | None = None  # overrides the kind's default data source
     data_root: str | None = None
     download: bool = False
-    limit: int | dict[str, int] | None = None
+    source_options: dict | None = None  # keyword options of the data source (e.g. {"verify": False})
+    limit: int | dict[str, int] | None = None  # items (INR kinds) or runs (classifier kinds)
     views: int = 1
     seed: int = 0
     chunk_size: int = 1024
@@ -59,13 +61,20 @@ class GenerateOptions:
     psnr_stop: float | None = None
     no_early_stop: bool = False
     compile: bool = False  # torch.compile the fitting step (faster; float rounding differs from eager)
+    epochs: int | None = None  # classifier kinds: override the schedule
+    batch_size: int | None = None
+    checkpoint_every: int | None = None
+    diversity: bool = False  # classifier kinds: sample hyperparameters per run
+    group: int | None = None  # classifier kinds: networks trained together (speed only)
     progress: bool = True
 
 
 def check_options(opts: GenerateOptions) -> None:
     """Refuse values that cannot make a store before anything is created (ValueError)."""
     require_at_least({"--chunk-size": (opts.chunk_size, 1), "--workers": (opts.workers, 1),
-                      "--views": (opts.views, 1), "--steps": (opts.steps, 1)})
+                      "--views": (opts.views, 1), "--steps": (opts.steps, 1), "--epochs": (opts.epochs, 1),
+                      "--batch-size": (opts.batch_size, 1), "--checkpoint-every": (opts.checkpoint_every, 1),
+                      "group": (opts.group, 1)})
     require_positive("--lr", opts.lr)
     if isinstance(opts.limit, dict):
         negative = {split: n for split, n in opts.limit.items() if n < 0}
@@ -88,55 +97,17 @@ def settings_diff(stored, asked, prefix: str = "") -> list[str]:
     return [] if stored == asked else [f"{prefix.rstrip('.')}: store {stored!r}, asked {asked!r}"]
 
 
-def _fit_config(kind, opts: GenerateOptions):
-    cfg = kind.fit
-    if opts.steps is not None:
-        cfg = replace(cfg, steps=opts.steps)
-    if opts.lr is not None:
-        cfg = replace(cfg, lr=opts.lr)
-    if opts.psnr_stop is not None:
-        cfg = replace(cfg, psnr_stop=opts.psnr_stop)
-    if opts.no_early_stop:
-        cfg = replace(cfg, psnr_stop=None)
-    return cfg
-
-
-def _coords(source):
-    """A :class:`Grid2D` for image sources (faster fitting), the point list otherwise."""
-    points = source.coords()
-    if isinstance(source, ImageSource):
-        h, w = source.shape[:2]
-        grid = Grid2D(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w))
-        if not torch.equal(grid.points(), points):
-            raise RuntimeError("image grid disagrees with the source's coordinates")
-        return (grid.ys.numpy(), grid.xs.numpy())
-    return points.numpy()
-
-
 def generate(opts: GenerateOptions, log=print) -> dict:
     """Create or resume the store at ``opts.out``; returns its final manifest."""
     kind = get_kind(opts.kind)
     check_options(opts)
-    dataset = opts.dataset or kind.source
-    spec = SirenSpec(kind.widths, init=opts.init)
-    fit = _fit_config(kind, opts)
-    generation = {
-        "kind": kind.name, "dataset": dataset, "limit": opts.limit, "views": opts.views,
-        "seed": opts.seed, "chunk_size": opts.chunk_size, "fit": fit.to_manifest(),
-        "init": opts.init,
-        **({"compiled": True} if opts.compile else {}),  # absent = eager (stores made before the flag)
-    }
+    recipe = kind.recipe(opts)
     out = require_local(opts.out, "generate into")
     resuming = (out / MANIFEST).exists()
     if resuming:
         manifest = read_manifest(out)
-        # the architecture holds every convention, the init ranges too (stores made before
-        # 2026-11-23 lack them: their "reference" started the first layer wide)
-        asked = {"generation": generation, "architecture": spec.to_manifest()}
-        stored = {key: manifest.get(key) for key in asked}
-        if stored["architecture"] and "init_ranges" not in stored["architecture"] and opts.init == "siren":
-            # older stores lack the ranges; only siren's have not changed since, so those still resume
-            stored["architecture"] = {**stored["architecture"], "init_ranges": asked["architecture"]["init_ranges"]}
+        asked = recipe.settings()
+        stored = recipe.stored_settings({key: manifest.get(key) for key in asked})
         if stored != asked:
             differences = "\n  ".join(settings_diff(stored, asked))
             raise StoreError(
@@ -149,26 +120,17 @@ def generate(opts: GenerateOptions, log=print) -> dict:
                 log(f"{out} is already complete ({manifest['num_networks']} networks)")
                 return manifest
             log(f"{out} is complete but {len(damaged)} chunk(s) have missing or truncated files "
-                f"({'; '.join(f'chunk {c}: {why}' for c, why in list(damaged.items())[:3])}); refitting them")
+                f"({'; '.join(f'chunk {c}: {why}' for c, why in list(damaged.items())[:3])}); re{recipe.verb} them")
             manifest = reopen_chunks(out, manifest, damaged)
 
-    source = get_source(dataset, root=opts.data_root, download=opts.download)
-    plan = build_plan(source, limit=opts.limit, views=opts.views)
+    dataset = opts.dataset or kind.source
+    source = get_source(dataset, root=opts.data_root, download=opts.download, **(opts.source_options or {}))
+    layout = recipe.plan(source)
     if not resuming:
-        manifest = create_store(
-            out, widths=kind.widths, num_networks=plan.num_networks, chunk_size=opts.chunk_size,
-            splits=plan.splits,
-            metadata={
-                "kind": kind.name,
-                "description": kind.description,
-                "architecture": spec.to_manifest(),
-                "targets": list(kind.targets),
-                "generation": generation,
-                "source": {**source.provenance(), "limit_rule": LIMIT_RULE},
-            },
-        )
-    elif manifest["num_networks"] != plan.num_networks:
-        raise StoreError(f"{out}: the data now yields {plan.num_networks} networks, the store has "
+        manifest = create_store(out, widths=kind.widths, num_networks=layout.num_networks,
+                                chunk_size=layout.chunk_size, splits=layout.splits, metadata=layout.metadata)
+    elif manifest["num_networks"] != layout.num_networks:
+        raise StoreError(f"{out}: the data now yields {layout.num_networks} networks, the store has "
                          f"{manifest['num_networks']}; did the data files change?")
 
     device = resolve_device(opts.device)
@@ -178,39 +140,38 @@ def generate(opts: GenerateOptions, log=print) -> dict:
     executor = make_executor(opts.workers, opts.address, opts.use_ray,
                              gpus_per_task=1.0 / opts.workers if device.startswith("cuda") else 0.0)
     try:
-        _fit_chunks(executor, out, manifest, plan, spec, fit, opts.seed, _coords(source), device, todo, opts)
-        consolidate_rows(out, manifest)
-        train_stop = plan.splits["train"]["count"]
-        moments = Moments.of({n: np.zeros((0, *s)) for n, s in manifest["parameters"].items()})
-        jobs = [{"root": str(out), "chunk": c, "train_stop": train_stop}
-                for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train_stop]
-        for part in executor.map_unordered(chunk_moments, jobs):
-            moments = moments.combine(part)
-        manifest = finalize(out, manifest, {"normalization": write_stats(out, moments)})
+        recipe.share(executor)
+        _make_chunks(executor, recipe, out, manifest, device, todo, opts.progress)
+        table = consolidate_rows(out, manifest)
+        moments = _train_moments(executor, out, manifest, layout.splits["train"]["count"], normal_only=True)
+        if moments.count == 0:  # every train network diverged: normalize with them rather than not at all
+            log("warning: no train network trained normally; the statistics include the diverged ones")
+            moments = _train_moments(executor, out, manifest, layout.splits["train"]["count"], normal_only=False)
+        extra = recipe.report(table, log)
+        manifest = finalize(out, manifest, {"normalization": write_stats(out, moments), **extra})
     finally:
         executor.shutdown()
     return manifest
 
 
-def _fit_chunks(executor, out, manifest, plan: Plan, spec, fit, seed, coords, device, todo, opts):
-    def job(chunk):
-        start, stop = chunk_bounds(manifest, chunk)
-        rows = plan.item_row[start:stop]
-        return {
-            "root": str(out), "chunk": chunk, "start": start, "spec": spec, "config": fit,
-            "seed": seed, "coords": coords, "targets": plan.targets[rows].numpy(),
-            "peak": plan.peak[start:stop], "device": device,
-            "columns": {k: v[start:stop] for k, v in plan.columns.items()},
-            "threads": None if device.startswith("cuda") else 1, "compile": opts.compile,
-        }
+def _train_moments(executor, out, manifest, train_stop: int, normal_only: bool) -> Moments:
+    moments = Moments.of({n: np.zeros((0, *s)) for n, s in manifest["parameters"].items()})
+    jobs = [{"root": str(out), "chunk": c, "train_stop": train_stop, "normal_only": normal_only}
+            for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train_stop]
+    for part in executor.map_unordered(chunk_moments, jobs):
+        moments = moments.combine(part)
+    return moments
 
+
+def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool):
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
-    bar = tqdm(total=manifest["num_networks"], initial=done, unit="net", desc=f"fitting {manifest['kind']}",
-               disable=not opts.progress, dynamic_ncols=True)
+    bar = tqdm(total=manifest["num_networks"], initial=done, unit="net", desc=f"{recipe.verb} {manifest['kind']}",
+               disable=not progress, dynamic_ncols=True)
     try:
-        for result in executor.map_unordered(fit_chunk, (job(c) for c in todo)):
+        jobs = (recipe.job(str(out), manifest, c, device) for c in todo)
+        for result in executor.map_unordered(recipe.work, jobs):
             mark_chunks_complete(out, manifest, [result["chunk"]])
             bar.update(result["networks"])
-            bar.set_postfix(psnr=f"{result['psnr_mean']:.1f}dB", steps=f"{result['steps_mean']:.0f}")
+            bar.set_postfix(recipe.postfix(result))
     finally:
         bar.close()
