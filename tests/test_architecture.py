@@ -20,11 +20,12 @@ SOURCES = ("zoo", "dws", "pipelines", "benchmarks", "cli.py")
 
 # Lowest first. A module belongs to the package of the longest prefix that names it; it may import
 # modules of its own layer and of lower layers, never of a higher one. A new package is one new entry
-# (e.g. "zoo.train", batched classifier training, between "zoo.fit" and "zoo.store").
+# (e.g. "zoo.train" sits between "zoo.fit", whose Adam it uses, and "zoo.store").
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("zoo", "zoo.options", "zoo.devices", "zoo.cbuild"),  # utilities (and the empty `zoo` package)
     ("zoo.sources",),  # data sets and signals
     ("zoo.fit",),  # batched SIREN fitting
+    ("zoo.train",),  # batched classifier training (uses the fitting's Adam and seeding)
     ("zoo.store",),  # the weight-store format: writing, reading, statistics
     ("zoo.generate",),  # zoo kinds and the generation run (local or Ray)
     ("zoo.inspect",),  # `zoo info` / `zoo show`

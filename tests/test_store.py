@@ -191,7 +191,7 @@ def test_the_table_records_which_fitting_step_fitted_each_network(tiny_store, tm
     merged = consolidate_rows(copy, manifest)
     first = manifest["chunk_size"]
     assert merged.column("fit_step").null_count == first
-    from zoo.inspect import _fitted_by
+    from zoo.inspect.inrs import _fitted_by
 
     assert f"unrecorded ({first})" in _fitted_by(merged)  # what `zoo info` prints for a mixed store
     assert merged.num_rows == manifest["num_networks"]

@@ -1,5 +1,4 @@
-"""Human-facing views of a store: the ``zoo info`` summary and the ``zoo show`` picture (INR zoos
-here, classifier zoos in :mod:`zoo.inspect_classifiers`)."""
+"""``zoo info`` / ``zoo show`` for INR zoos: PSNR and steps, decoded INRs beside their sources."""
 
 from __future__ import annotations
 
@@ -8,14 +7,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .fit.siren import SirenSpec, forward
-from .inspect_classifiers import is_classifier_store
-from .inspect_classifiers import show as show_classifiers
-from .inspect_classifiers import summary as classifier_summary
-from .sources.grids import image_grid, sine_grid
+from ..fit.siren import SirenSpec, forward
+from ..sources.grids import image_grid, sine_grid
+from ..store import WeightStore
+from ..store.format import layers_from_arrays
 from .figures import save_figure
-from .store import WeightStore
-from .store.format import layers_from_arrays
 
 
 def spec_of(store: WeightStore) -> SirenSpec:
@@ -24,8 +20,6 @@ def spec_of(store: WeightStore) -> SirenSpec:
 
 
 def summary(store: WeightStore) -> str:
-    if is_classifier_store(store):
-        return classifier_summary(store)
     m = store.manifest
     arch = m["architecture"]
     table = store.networks
@@ -78,16 +72,13 @@ def coordinates(store: WeightStore) -> torch.Tensor:
 
 
 def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = None) -> Path:
-    """Decoded INRs (top) beside their source images (bottom), or curves for signal zoos; for a
-    classifier zoo, its accuracies (:func:`zoo.inspect_classifiers.show`)."""
-    if is_classifier_store(store):
-        return show_classifiers(store, out, count)
+    """Decoded INRs (top) beside their source images (bottom), or curves for signal zoos."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .sources import DataError, get_source
+    from ..sources import DataError, get_source
 
     count = min(count, store.num_networks)
     indices = np.linspace(0, store.num_networks - 1, count).round().astype(int).tolist()  # spread over splits

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .figures import save_figure
-from .store import WeightStore
+from ..store import WeightStore
 
 
 def is_classifier_store(store: WeightStore) -> bool:
