@@ -114,7 +114,8 @@ class FusedDWSLayer(DWSLayer):
             if i in self.plan.owned:  # no split: keeps the identity term a fresh tensor
                 full[group.members[0]] = y
                 continue
-            for s, part in zip(group.members, y.split(self.output_sizes(group), dim=-1)):
+            parts = y.split(self.output_sizes(group), dim=-1) if len(group.members) > 1 else (y,)
+            for s, part in zip(group.members, parts):
                 terms[s].append(from_features(part, s, group.kept, self.widths))
         out = [self._assemble(s, full.get(s), terms[s], ws.batch_size, pending) for s in self.slots]
         M = len(self.widths) - 1
