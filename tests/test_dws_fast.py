@@ -182,8 +182,9 @@ def test_second_derivatives_on_the_pytorch_backend():
 
 
 def test_import_of_dws_nn_loads_no_accelerator_until_applied(tmp_path):
-    """``import dws.nn`` (and a plain model's training step) imports nothing of ``dws.nn.fast``, builds
-    and loads no kernels; ``accelerate`` does (where the kernels can be built here)."""
+    """``import dws.nn`` (and a plain model's or the block-by-block reference's training step) imports
+    nothing of ``dws.nn.fast``, builds and loads no kernels; ``accelerate`` does (where the kernels
+    can be built here)."""
     code = """
 import sys
 import torch
@@ -193,6 +194,8 @@ from dws.weightspace import WeightSpace
 model = DWSNetInvariant((2, 8, 8, 1), 3, hidden_channels=8, num_layers=2)
 ws = WeightSpace.unflatten(torch.randn(4, 16 + 64 + 8 + 8 + 8 + 1), (2, 8, 8, 1))
 model(ws).sum().backward()
+from dws.nn.reference import with_reference_layers  # the block-by-block reference: plain operators
+with_reference_layers(DWSNetInvariant((2, 8, 8, 1), 3, hidden_channels=8, num_layers=2))(ws).sum().backward()
 def loaded():
     return sorted(m for m in sys.modules if m.startswith("dws.nn.fast")), "kernels-" in open("/proc/self/maps").read()
 print(loaded())
