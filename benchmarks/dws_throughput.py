@@ -1,10 +1,16 @@
-"""Forward+backward throughput and peak memory of the MNIST-INR DWSNet: fused layer vs block-by-block.
+"""Forward+backward throughput and peak memory of the MNIST-INR DWSNet: accelerated vs plain vs block-by-block.
 
     python benchmarks/dws_throughput.py [--batches 64 512] [--iters 20] [--threads 2] [--malloc-tuning]
     python benchmarks/dws_throughput.py --device cuda --batches 64 512 4096 --iters 50 --ref-iters 20
 
-Both models hold the same parameters (the reference wraps the fused model's DWS layers, see
-``dws/nn/reference.py``); their outputs are compared first. Each measurement runs in a fresh
+Rows (``--impls`` picks some): ``fused`` is the model accelerated with ``dws.nn.fast.accelerate``
+(backend ``auto``: the native CPU kernels of ``dws/nn/fast/kernels.c`` where they apply, as
+``zoo train`` runs it), ``fused-pytorch`` the same with backend ``pytorch`` (PyTorch operators only;
+CPU only, on a GPU it is the ``fused`` row), ``plain`` the plain modules of ``dws.nn`` (the
+straightforward computation), and ``block-by-block`` the plain model with each DWS layer evaluated
+one block of the paper's tables at a time (``dws/nn/reference.py``), the baseline of the speed-up
+column. All hold the same parameters; the accelerated outputs are compared with the plain ones
+first. Each measurement runs in a fresh
 subprocess so that peak memory is the growth of the process's max RSS (``resource.getrusage``)
 over the setup (model + input built, before the first step): it counts every allocation of the
 forward and backward pass, including PyTorch's C++ buffers that ``tracemalloc`` cannot see.
@@ -18,9 +24,6 @@ no idle OpenMP thread of its own competes with the workers.
 Both implementations' workers keep freed large tensors in the heap, as ``zoo train`` does
 (:func:`dws.tasks.allocator.retain_freed_memory`): otherwise every step page-faults its
 activations in again (~3-6 us per 4 KiB page here). ``--no-malloc-tuning`` measures without.
-On a CPU a third row, ``fused-pytorch``, runs the fused model with ``ZOO_NATIVE=0``: PyTorch's
-operators only, without the native kernels of ``dws/nn/kernels.c`` (the other two rows use them
-where they apply: the fused layer's hidden-weight product and pools, and both models' batch norm).
 On a GPU (``--device cuda``) each step is synchronized before the clock is read, and peak memory is
 the growth of ``torch.cuda.max_memory_allocated`` over the setup.
 """
@@ -43,10 +46,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dws import DWSNetInvariant, WeightSpace, dwsnet_mnist_inr_config  # noqa: E402
+from dws.nn.fast import accelerate  # noqa: E402
 from dws.nn.reference import with_reference_layers  # noqa: E402
 from dws.tasks.allocator import retain_freed_memory  # noqa: E402
 
-IMPLS = ("fused", "fused-pytorch", "block-by-block")  # fused-pytorch: ZOO_NATIVE=0, CPU only
+BACKENDS = {"fused": "auto", "fused-pytorch": "pytorch", "plain": "plain"}  # row -> accelerate()'s backend
+IMPLS = (*BACKENDS, "block-by-block")
 
 
 def build(impl: str, batch: int, seed: int = 0, device: str = "cpu"):
@@ -54,6 +59,8 @@ def build(impl: str, batch: int, seed: int = 0, device: str = "cpu"):
     model = DWSNetInvariant(**dwsnet_mnist_inr_config())
     if impl == "block-by-block":
         model = with_reference_layers(copy.deepcopy(model))
+    else:
+        model = accelerate(model, BACKENDS[impl])
     widths = dwsnet_mnist_inr_config()["widths"]
     n = sum(a * b for a, b in zip(widths[:-1], widths[1:])) + sum(widths[1:])
     ws = WeightSpace.unflatten(torch.randn(batch, n, generator=torch.Generator().manual_seed(seed)), widths)
@@ -92,11 +99,12 @@ def worker(impl: str, batch: int, iters: int, threads: int, malloc_tuning: bool,
                 peak_mib=(peak_kib - base_kib) / 1024)
 
 
-def check_same_function(batch: int = 16, device: str = "cpu") -> float:
-    fused, ws = build("fused", batch, device=device)
-    ref, _ = build("block-by-block", batch, device=device)
+def check_same_function(impl: str, batch: int = 16, device: str = "cpu") -> float:
+    """max |logits of ``impl`` - logits of the plain model| on one batch."""
+    model, ws = build(impl, batch, device=device)
+    plain, _ = build("plain", batch, device=device)
     with torch.no_grad():
-        return (fused(ws) - ref(ws)).abs().max().item()
+        return (model(ws) - plain(ws)).abs().max().item()
 
 
 def _device_name(device: str) -> str:
@@ -112,6 +120,7 @@ def main() -> None:
     parser.add_argument("--malloc-tuning", action=argparse.BooleanOptionalAction, default=True,
                         help="keep freed large buffers in glibc's heap (fewer page faults), both implementations")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS), help="rows to measure")
     parser.add_argument("--worker", nargs=2, metavar=("IMPL", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -126,24 +135,25 @@ def main() -> None:
           f"torch {torch.__version__}, device {_device_name(args.device)}, {args.threads} threads, "
           f"malloc tuning {'on' if args.malloc_tuning else 'off'}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"max |fused - block-by-block| on the logits: {check_same_function(device=args.device):.2e}")
+    impls = [i for i in args.impls if not (i == "fused-pytorch" and args.device != "cpu")]  # (CPU kernels)
+    for impl in impls:
+        if impl not in ("plain", "block-by-block"):
+            print(f"max |{impl} - plain| on the logits: {check_same_function(impl, device=args.device):.2e}")
     rows = []
     for batch in args.batches:
-        for impl in IMPLS:
-            if impl == "fused-pytorch" and args.device != "cpu":
-                continue  # the native kernels are CPU kernels: on a GPU this is the fused row
+        for impl in impls:
             iters = args.ref_iters if impl == "block-by-block" else args.iters
-            cmd = [sys.executable, __file__, "--worker", impl.split("-pytorch")[0], str(batch), "--iters", str(iters),
+            cmd = [sys.executable, __file__, "--worker", impl, str(batch), "--iters", str(iters),
                    "--threads", str(args.threads), "--device", args.device,
                    "--malloc-tuning" if args.malloc_tuning else "--no-malloc-tuning"]
-            env = {**os.environ, **({"ZOO_NATIVE": "0"} if impl == "fused-pytorch" else {})}
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-            rows.append({**json.loads(out), "impl": impl})
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            rows.append(json.loads(out))
     print(f"{'batch':>5}  {'implementation':<15} {'samples/s (median)':>19} {'(best)':>8} {'peak MiB':>9} {'speed-up':>9}")
     for r in rows:
-        ref = next(x for x in rows if x["batch"] == r["batch"] and x["impl"] == "block-by-block")
+        ref = next((x for x in rows if x["batch"] == r["batch"] and x["impl"] == "block-by-block"), None)
+        ratio = f"{r['samples_per_s'] / ref['samples_per_s']:>8.2f}x" if ref else f"{'-':>9}"
         print(f"{r['batch']:>5}  {r['impl']:<15} {r['samples_per_s']:>19.1f} {r['best_samples_per_s']:>8.1f} "
-              f"{r['peak_mib']:>9.1f} {r['samples_per_s'] / ref['samples_per_s']:>8.2f}x")
+              f"{r['peak_mib']:>9.1f} {ratio}")
 
 
 if __name__ == "__main__":

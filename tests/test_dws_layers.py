@@ -1,4 +1,6 @@
-"""Equivariance, agreement with the block-by-block reference, shapes and errors of the DWS layers."""
+"""Equivariance, agreement with the block-by-block reference, shapes and errors of the DWS layers,
+plain and accelerated (``dws.nn.fast``, PyTorch backend: the native kernels take float32 only,
+see ``test_dws_native.py``)."""
 
 from __future__ import annotations
 
@@ -8,27 +10,30 @@ import pytest
 import torch
 
 from dws import DWSInvariantLayer, DWSLayer, WeightSpace, random_group_element
+from dws.nn.fast import accelerate
 from dws.nn.reference import block_by_block_forward
 from dws_helpers import max_abs_diff, random_widths, random_ws
 
 SEEDS = range(8)
 POOLS = ("max", "mean", "sum")
+BACKENDS = ("plain", "pytorch")  # the plain layer and the accelerated one
 
 
-def make_layer(seed: int, pool: str, blocks: str = "all", **kw):
+def make_layer(seed: int, pool: str, blocks: str = "all", backend: str = "plain", **kw):
     rng = random.Random(1000 + seed)
     widths = random_widths(seed)
     layer = DWSLayer(widths, rng.randint(1, 3), rng.randint(1, 3), pool=pool, blocks=blocks, **kw).double()
     with torch.no_grad():
         for b in (layer.slot_bias or {}).values():
             b.normal_()  # non-zero equivariant biases so they are tested too
-    return layer
+    return accelerate(layer, backend)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("pool", POOLS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_layer_is_equivariant(seed, pool):
-    layer = make_layer(seed, pool)
+def test_layer_is_equivariant(seed, pool, backend):
+    layer = make_layer(seed, pool, backend=backend)
     ws = random_ws(layer.widths, batch=4, channels=layer.in_channels, seed=seed)
     perms = random_group_element(layer.widths, batch_size=4, generator=torch.Generator().manual_seed(seed))
     out = layer(ws)
@@ -50,21 +55,23 @@ def test_layer_is_not_trivially_symmetric(seed):
     assert max_abs_diff(layer(ws), layer(ws).permute(perms)) > 1e-6
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("blocks", ("all", "W2W", "B2B", "W2W+B2B", "diagonal"))
 @pytest.mark.parametrize("pool", POOLS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_layer_matches_block_by_block_reference(seed, pool, blocks):
-    layer = make_layer(seed, pool, blocks)
+def test_layer_matches_block_by_block_reference(seed, pool, blocks, backend):
+    layer = make_layer(seed, pool, blocks, backend)
     ws = random_ws(layer.widths, batch=3, channels=layer.in_channels, seed=seed)
     fused, ref = layer(ws), block_by_block_forward(layer, ws)
     assert fused.widths == ref.widths == layer.widths
     assert max_abs_diff(fused, ref) < 1e-10
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("blocks", ("W2W", "B2B", "W2W+B2B", "diagonal"))
 @pytest.mark.parametrize("seed", SEEDS)
-def test_ablated_layer_is_equivariant(seed, blocks):
-    layer = make_layer(seed, "max", blocks)
+def test_ablated_layer_is_equivariant(seed, blocks, backend):
+    layer = make_layer(seed, "max", blocks, backend)
     ws = random_ws(layer.widths, batch=3, channels=layer.in_channels, seed=seed)
     perms = random_group_element(layer.widths, batch_size=3, generator=torch.Generator().manual_seed(seed))
     assert max_abs_diff(layer(ws.permute(perms)), layer(ws).permute(perms)) < 1e-10
@@ -174,10 +181,11 @@ def test_gradients_reach_every_parameter():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("pool", POOLS)
-def test_layer_gradients_match_finite_differences(pool):
-    """Includes the custom max-pool backward (no ties in random float64 input)."""
-    layer = make_layer(2, pool)
+def test_layer_gradients_match_finite_differences(pool, backend):
+    """Includes the accelerator's custom max-pool backward (no ties in random float64 input)."""
+    layer = make_layer(2, pool, backend=backend)
     ws = random_ws(layer.widths, batch=2, channels=layer.in_channels, seed=5)
     tensors = [t.clone().requires_grad_() for t in ws.weights + ws.biases]
     M = ws.num_layers
@@ -188,12 +196,13 @@ def test_layer_gradients_match_finite_differences(pool):
     assert torch.autograd.gradcheck(f, tuple(tensors), eps=1e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("pool", POOLS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_layer_gradients_match_block_by_block_reference(seed, pool):
-    """The fused layer's in-place assembly and shared multi-pool backward give the reference's
-    gradients w.r.t. the input and every parameter."""
-    layer = make_layer(seed, pool)
+def test_layer_gradients_match_block_by_block_reference(seed, pool, backend):
+    """The layer (accelerated: its in-place assembly and shared multi-pool backward) gives the
+    reference's gradients w.r.t. the input and every parameter."""
+    layer = make_layer(seed, pool, backend=backend)
     ws = random_ws(layer.widths, batch=3, channels=layer.in_channels, seed=seed)
     ws = ws.map(lambda t: t.detach().requires_grad_())
     cot = random_ws(layer.widths, batch=3, channels=layer.out_channels, seed=seed + 100)
@@ -210,54 +219,6 @@ def test_layer_gradients_match_block_by_block_reference(seed, pool):
         assert (a - b).abs().max().item() < 1e-9
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_shared_max_pool_node_matches_amax(seed):
-    """Several single-axis max pools of one tensor in one node: values and input gradient equal
-    ``amax``'s (random float64 input, so no ties), for random shapes and axes."""
-    from dws.nn.pooling import MaxOverDims
-
-    gen = torch.Generator().manual_seed(seed)
-    shape = [int(s) for s in torch.randint(1, 7, (int(torch.randint(2, 5, (1,), generator=gen)),), generator=gen)]
-    x = torch.randn(*shape, dtype=torch.float64, generator=gen, requires_grad=True)
-    dims = [(d,) for d in range(1, len(shape)) if torch.rand(1, generator=gen) < 0.7] or [(1,)]
-    outs = MaxOverDims.apply(x, *dims)
-    outs = outs if isinstance(outs, tuple) else (outs,)
-    cots = [torch.randn(o.shape, dtype=torch.float64, generator=gen) for o in outs]
-    (grad,) = torch.autograd.grad(sum((o * c).sum() for o, c in zip(outs, cots)), x)
-    x_ref = x.detach().clone().requires_grad_()
-    refs = [x_ref.amax(dim=d) for d in dims]
-    (grad_ref,) = torch.autograd.grad(sum((r * c).sum() for r, c in zip(refs, cots)), x_ref)
-    for o, r in zip(outs, refs):
-        assert torch.equal(o, r)
-    assert torch.allclose(grad, grad_ref, atol=1e-12)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_onednn_channel_mix_matches_matmul(seed):
-    """The oneDNN route of the channel-mixing matmul (float32 CPU) gives torch.matmul's values and
-    gradients for random shapes (forced on by a zero row threshold)."""
-    from dws.nn import matmul
-    from dws.nn.matmul import mix_channels
-
-    gen = torch.Generator().manual_seed(seed)
-    lead = [int(s) for s in torch.randint(1, 9, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen)]
-    f_in, f_out = (int(s) for s in torch.randint(1, 40, (2,), generator=gen))
-    x = torch.randn(*lead, f_in, generator=gen).requires_grad_()
-    w = torch.randn(f_in, f_out, generator=gen).requires_grad_()
-    cot = torch.randn(*lead, f_out, generator=gen)
-    y = mix_channels(x, w, min_rows=0)
-    y_ref = torch.matmul(x, w)
-    if matmul._LINEAR is not None:  # PyTorch built with oneDNN (the CPU wheels are)
-        assert "OneDNN" in type(y.grad_fn).__name__
-    # a fresh tensor, not a view: the DWS layer adds its broadcast terms into it in place
-    assert not y._is_view()
-    assert torch.allclose(y, y_ref, atol=1e-5, rtol=1e-5)
-    grads = torch.autograd.grad((y * cot).sum(), (x, w))
-    grads_ref = torch.autograd.grad((y_ref * cot).sum(), (x, w))
-    for g, r in zip(grads, grads_ref):
-        assert torch.allclose(g, r, atol=1e-4, rtol=1e-4)
-
-
 @pytest.mark.parametrize("depth", [3, 4, 5])
 def test_unpooled_features_of_a_hidden_weight_are_the_tensor_itself(depth):
     """A hidden weight's identity-term features are its own tensor, not a view of it: with a view,
@@ -272,53 +233,3 @@ def test_unpooled_features_of_a_hidden_weight_are_the_tensor_itself(depth):
     for slot in hidden:
         x = torch.randn(3, *(widths[a] for a in slot.axes), 4)
         assert to_features(x, slot, slot.set_axes) is x
-
-
-@pytest.mark.parametrize("onednn", [False, True])
-@pytest.mark.parametrize("seed", range(4))
-def test_identity_product_and_max_pools_in_one_node(seed, onednn, monkeypatch):
-    """The hidden weight's identity product and its max pools from one autograd node give the
-    values and input/weight gradients of a separate matmul and ``amax``es, for random shapes; also
-    when only the pools, or only the product, are used (the other gradients are None)."""
-    from dws.nn import matmul
-    from dws.nn.identity import MatmulAndMaxPools
-
-    if onednn:
-        if matmul._LINEAR is None:
-            pytest.skip("PyTorch built without oneDNN")
-        monkeypatch.setattr(matmul, "ONEDNN_MIN_ROWS", 0)
-    dtype, tol = (torch.float32, 1e-4) if onednn else (torch.float64, 1e-12)
-    gen = torch.Generator().manual_seed(seed)
-    b, r, c, f_in, f_out = (int(s) for s in torch.randint(1, 9, (5,), generator=gen))
-    x = torch.randn(b, r, c, f_in, dtype=dtype, generator=gen, requires_grad=True)
-    w = torch.randn(f_in, f_out, dtype=dtype, generator=gen, requires_grad=True)
-    dims = [(1,), (2,)]
-    outs = MatmulAndMaxPools.apply(x, w, *dims)
-    refs = [torch.matmul(x, w)] + [x.amax(dim=d) for d in dims]
-    assert not outs[0]._is_view()  # the layer adds its broadcast terms into it in place
-    for used in ([0, 1, 2], [1, 2], [0]):
-        cots = [torch.randn(refs[k].shape, dtype=dtype, generator=gen) for k in used]
-        got = torch.autograd.grad(sum((outs[k] * ct).sum() for k, ct in zip(used, cots)), (x, w),
-                                  retain_graph=True, allow_unused=True)
-        want = torch.autograd.grad(sum((refs[k] * ct).sum() for k, ct in zip(used, cots)), (x, w),
-                                   retain_graph=True, allow_unused=True)
-        for g, r_ in zip(got, want):
-            assert (g is None) == (r_ is None)
-            if g is not None:
-                assert torch.allclose(g, r_, atol=tol, rtol=tol)
-    for o, r_ in zip(outs, refs):
-        assert torch.allclose(o, r_, atol=tol, rtol=tol)
-
-
-@pytest.mark.parametrize("depth", [3, 4, 5])
-def test_hidden_weights_share_one_node_for_product_and_pools(depth):
-    """For every weight between two hidden layers, the layer takes the identity product and the
-    row and column max pools from one node, so their gradients meet in one buffer (and with mean
-    pooling, which has no argmax to scatter, it does not)."""
-    from dws.nn.layer import DWSLayer
-
-    widths = (2,) + (4,) * (depth - 1) + (1,)
-    for pool, expected in (("max", depth - 2), ("mean", 0)):
-        layer = DWSLayer(widths, 3, 5, pool=pool)
-        assert len(layer._fused_identity) == expected
-        assert all(s.kind == "weight" and len(s.set_axes) == 2 for s in layer._fused_identity.values())

@@ -1,4 +1,5 @@
-"""Invariance/equivariance of whole DWSNets, their configurations, and the pointwise helpers."""
+"""Invariance/equivariance of whole DWSNets (plain and accelerated), their configurations, and the
+pointwise helpers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from dws import DWSNetEquivariant, DWSNetInvariant, WeightSpace, dwsnet_mnist_inr_config, random_group_element
 from dws.nn import FreeAxisLinear, WSBatchNorm, WSDropout
+from dws.nn.fast import accelerate
 from dws.nn.reference import with_reference_layers
 from dws_helpers import max_abs_diff, random_widths, random_ws
 
@@ -25,13 +27,15 @@ def perms_for(widths, batch, seed):
     return random_group_element(widths, batch_size=batch, generator=torch.Generator().manual_seed(seed))
 
 
+@pytest.mark.parametrize("backend", ("plain", "auto"))
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("pool", ("max", "mean"))
-def test_invariant_model_is_invariant(seed, pool):
+def test_invariant_model_is_invariant(seed, pool, backend):
     rng = random.Random(seed)
     widths = random_widths(seed)
     model = DWSNetInvariant(widths, 3, hidden_channels=rng.randint(2, 5), num_layers=rng.randint(1, 4), pool=pool,
                             blocks=rng.choice(BLOCKS), head_hidden=rng.choice([None, 8])).double()
+    accelerate(model, backend)
     ws = random_ws(widths, batch=6, seed=seed)  # train-mode BN: statistics are invariant too
     out = model(ws)
     assert out.shape == (6, 3) and torch.isfinite(out).all()
@@ -40,12 +44,14 @@ def test_invariant_model_is_invariant(seed, pool):
     assert torch.allclose(model(ws.permute(perms_for(widths, 6, seed + 1))), model(ws), atol=1e-10)
 
 
+@pytest.mark.parametrize("backend", ("plain", "auto"))
 @pytest.mark.parametrize("seed", SEEDS)
-def test_equivariant_model_is_equivariant(seed):
+def test_equivariant_model_is_equivariant(seed, backend):
     rng = random.Random(seed)
     widths = random_widths(seed)
     model = DWSNetEquivariant(widths, hidden_channels=rng.randint(2, 5), num_layers=rng.randint(1, 4),
                               bn=rng.random() < 0.5, blocks=rng.choice(BLOCKS), output_init_scale=1.0).double()
+    accelerate(model, backend)
     ws = random_ws(widths, batch=4, seed=seed)
     perms = perms_for(widths, 4, seed)
     out = model(ws)
@@ -109,11 +115,13 @@ def test_models_accept_inputs_with_or_without_channel_axis():
         model(random_ws((2, 4, 4, 1), batch=3))
 
 
-def test_reference_model_computes_the_same_function():
+@pytest.mark.parametrize("backend", ("plain", "auto"))
+def test_reference_model_computes_the_same_function(backend):
     cfg = dwsnet_mnist_inr_config()
     cfg.update(hidden_channels=6, head_hidden=8)
     model = DWSNetInvariant(**cfg).double()
     ref = with_reference_layers(copy.deepcopy(model))
+    accelerate(model, backend)
     ws = random_ws(cfg["widths"], batch=5)
     assert torch.allclose(model(ws), ref(ws), atol=1e-10)
 

@@ -1,5 +1,5 @@
-"""The native DWS kernels (dws/nn/kernels.c) against the PyTorch path they replace: the hidden
-weight's product + max pools node, batch norm + ReLU, and whole models, on random shapes."""
+"""The native DWS kernels (dws/nn/fast/kernels.c) against the PyTorch path they replace: the hidden
+weight's product + max pools node, batch norm + ReLU, and whole accelerated models, on random shapes."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ import torch.nn.utils.prune
 import torch
 
 from dws import DWSNetEquivariant, DWSNetInvariant, WeightSpace
-from dws.nn import WSBatchNorm, native
-from dws.nn.bn_relu import BatchNormReLUProduct, bn_relu_train, native_applies
-from dws.nn.models import EquivariantStack
-from dws.nn.pending import PendingSum
-from dws.nn.identity import MatmulAndMaxPools
-from dws.nn.native_pools import applies as _native_applies
+from dws.nn import WSBatchNorm
+from dws.nn.fast import accelerate, native
+from dws.nn.fast.bn_relu import BatchNormReLUProduct, bn_relu_train, native_applies
+from dws.nn.fast.identity import MatmulAndMaxPools
+from dws.nn.fast.native_pools import applies as _native_applies
+from dws.nn.fast.pending import PendingSum
+from dws.nn.fast.stack import FusedStack
 from dws_helpers import random_ws
 
 needs_native = pytest.mark.skipif(native.library() is None, reason="native DWS kernels not buildable here")
@@ -26,7 +27,8 @@ needs_native = pytest.mark.skipif(native.library() is None, reason="native DWS k
 
 @pytest.fixture
 def torch_path(monkeypatch):
-    """Call inside a test to switch the native kernels off (the PyTorch path) from then on."""
+    """Call inside a test to switch the native kernels off (the accelerator's PyTorch path, as for
+    tensors the kernels do not take) from then on."""
     return lambda: monkeypatch.setattr(native, "usable", lambda *tensors, channels: False)
 
 
@@ -51,7 +53,7 @@ def test_product_and_pools_node_matches_the_torch_path(seed, torch_path):
     results = []
     for switch in (lambda: None, torch_path):
         switch()
-        outs = MatmulAndMaxPools.apply(x, weight, *dims)
+        outs = MatmulAndMaxPools.apply(x, weight, True, *dims)
         cots = [torch.randn(o.shape, generator=torch.Generator().manual_seed(k)) if k in used else None
                 for k, o in enumerate(outs)]
         results.append((outs, _grads(outs, cots, [t for t in (x, weight) if t.requires_grad])))
@@ -75,7 +77,7 @@ def test_pools_break_ties_like_max_pool_and_propagate_nan(torch_path):
     got = []
     for switch in (lambda: None, torch_path):
         switch()
-        _, rows, cols = MatmulAndMaxPools.apply(x, weight, (2,), (1,))
+        _, rows, cols = MatmulAndMaxPools.apply(x, weight, True, (2,), (1,))
         got.append((rows, cols, torch.autograd.grad(rows.sum() + 2 * cols.sum(), x)[0]))
     (rows, cols, grad), (want_rows, want_cols, want_grad) = got
     assert torch.isnan(rows[0, 1, 5]) and torch.isnan(cols[0, 2, 5])
@@ -99,6 +101,7 @@ def test_batchnorm_relu_matches_torch_and_float64(seed, torch_path):
         bn.bias.uniform_(-1, 1, generator=gen)
     module = WSBatchNorm(1, c, relu=True)
     module.weight_norms[0] = bn
+    accelerate(module, "native")
     runs = {}
     for name, dtype, switch in (("native", torch.float32, lambda: None), ("torch", torch.float32, torch_path),
                                 ("float64", torch.float64, lambda: None)):
@@ -108,7 +111,7 @@ def test_batchnorm_relu_matches_torch_and_float64(seed, torch_path):
         for step in range(2):
             y = (3 * torch.randn(n, c, generator=torch.Generator().manual_seed(step)) + 5).to(dtype).requires_grad_()
             assert native_applies(mod.weight_norms[0], y) == (name == "native")
-            z = mod._norm(mod.weight_norms[0], y)
+            z = mod.normalize(mod.weight_norms[0], y)
             gz = torch.randn(n, c, generator=torch.Generator().manual_seed(10 + step)).to(dtype)
             grads.append(torch.autograd.grad((z * gz).sum(), [y, *mod.weight_norms[0].parameters()]))
             outs.append(z)
@@ -164,6 +167,7 @@ def test_whole_models_match_the_torch_path(seed, blocks, torch_path, monkeypatch
     torch.manual_seed(seed)
     model = (DWSNetInvariant(widths, 4, hidden_channels=channels, num_layers=3, blocks=blocks) if seed % 2 == 0
              else DWSNetEquivariant(widths, hidden_channels=channels[:2], num_layers=3, bn=True, blocks=blocks))
+    accelerate(model, "native")
     calls = _counting(monkeypatch, ["pools_product", "bn_relu", "bn_relu_product"] if blocks == "all" else [])
     results = []
     for switch in (lambda: None, torch_path):
@@ -275,7 +279,7 @@ def test_batchnorm_relu_product_node_matches_its_parts(seed, torch_path):
             torch_path()
             v = y + row[:, :, None] + (0 if col is None else col[:, None])
             z = torch.relu(mod(v.reshape(-1, ci))).reshape(v.shape)
-            outs = MatmulAndMaxPools.apply(z, weight, *dims)
+            outs = MatmulAndMaxPools.apply(z, weight, True, *dims)
         cots = [torch.randn(o.shape, generator=torch.Generator().manual_seed(k)) if k in used else None
                 for k, o in enumerate(outs)]
         grads = _grads(outs, cots, inputs + [mod.weight, mod.bias])
@@ -291,10 +295,11 @@ def test_batchnorm_relu_product_node_matches_its_parts(seed, torch_path):
         assert torch.allclose(r, e, atol=1e-6)
 
 
+@needs_native
 def test_equivariant_stack_keeps_the_sequential_state_dict():
-    """Checkpoints of models built before the stack existed (an ``nn.Sequential``) still load."""
-    model = DWSNetInvariant((2, 4, 4, 1), 3, hidden_channels=8, num_layers=2)
-    assert isinstance(model.encoder, EquivariantStack)
+    """Checkpoints of plain models (an ``nn.Sequential``) load into the fused stack."""
+    model = accelerate(DWSNetInvariant((2, 4, 4, 1), 3, hidden_channels=8, num_layers=2), "native")
+    assert isinstance(model.encoder, FusedStack)
     plain = torch.nn.Sequential(*model.encoder)
     assert list(plain.state_dict()) == list(model.encoder.state_dict())
     model.encoder.load_state_dict(plain.state_dict())
@@ -308,7 +313,7 @@ def test_float64_and_odd_channel_counts_take_the_torch_path():
 
 
 def test_switched_off_by_the_environment(tmp_path):
-    code = "from dws.nn import native; print('LOADED' if native.library() is not None else 'NONE')"
+    code = "from dws.nn.fast import native; print('LOADED' if native.library() is not None else 'NONE')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "ZOO_CACHE_DIR": str(tmp_path), "ZOO_NATIVE": "0"})
     assert done.returncode == 0, done.stderr
@@ -320,7 +325,7 @@ def test_double_backward_is_refused_clearly():
     """The kernels' gradients are not themselves differentiable: asking for a second derivative
     raises instead of silently returning one without the kernels' part."""
     x = torch.randn(2, 3, 4, 8, requires_grad=True)
-    _, rows, cols = MatmulAndMaxPools.apply(x, torch.randn(8, 8), (2,), (1,))
+    _, rows, cols = MatmulAndMaxPools.apply(x, torch.randn(8, 8), True, (2,), (1,))
     with pytest.raises(RuntimeError, match="ZOO_NATIVE=0"):
         torch.autograd.grad((rows ** 2).sum() + cols.sum(), x, create_graph=True)
     y = torch.randn(6, 8, requires_grad=True)
@@ -348,7 +353,7 @@ def test_nan_and_inf_propagate_as_in_pytorch(bad, torch_path):
     for switch in (lambda: None, torch_path):
         switch()
         torch.manual_seed(0)
-        out = DWSNetInvariant(widths, 3, hidden_channels=16, num_layers=2)(ws)
+        out = accelerate(DWSNetInvariant(widths, 3, hidden_channels=16, num_layers=2), "native")(ws)
         results.append(out.isnan())
     assert results[0].all() and torch.equal(results[0], results[1])
 
@@ -360,7 +365,7 @@ def test_hooked_or_subclassed_modules_are_called(monkeypatch):
     widths = (2, 8, 8, 1)
     ws = WeightSpace.unflatten(torch.randn(4, 2 * 8 + 8 * 8 + 8 + 8 + 8 + 1), widths)
     torch.manual_seed(0)
-    model = DWSNetInvariant(widths, 3, hidden_channels=16, num_layers=3)
+    model = accelerate(DWSNetInvariant(widths, 3, hidden_channels=16, num_layers=3), "native")
     calls = []
     for module in (model.encoder[0], model.encoder[1], model.encoder[1].weight_norms[1]):
         module.register_forward_hook(lambda *args: calls.append(1))

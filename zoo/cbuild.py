@@ -1,6 +1,6 @@
 """Native kernels from C sources: compiled on first use with the system compiler, cached per user.
 
-Used by the fitting step (:mod:`zoo.fit.native`) and the DWS layers (:mod:`dws.nn.native`). A
+Used by the fitting step (:mod:`zoo.fit.native`) and the DWS accelerator (:mod:`dws.nn.fast.native`). A
 library is compiled with ``$CC`` (else ``cc``, ``gcc`` or ``clang``) into ``$ZOO_CACHE_DIR/native``
 (default ``~/.cache/weightzoo/native``), named by a hash of the source, the flags and the compiler
 version, and written to a temporary file first then renamed, so parallel workers may race to build

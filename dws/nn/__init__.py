@@ -1,4 +1,9 @@
-"""Equivariant layers and models over weight spaces (one idea per module; see ``docs/dws.md``)."""
+"""Equivariant layers and models over weight spaces (one idea per module; see ``docs/dws.md``).
+
+These are the plain modules: the paper's math, computed the straightforward way. The accelerator
+(:mod:`dws.nn.fast`, ``accelerate(model)``) swaps fused forms of them into a model; nothing here
+imports it.
+"""
 
 from dws.nn.invariant import DWSInvariantLayer
 from dws.nn.layer import DWSLayer

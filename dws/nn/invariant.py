@@ -43,5 +43,9 @@ class DWSInvariantLayer(nn.Module):
 
     def forward(self, ws: WeightSpace) -> torch.Tensor:
         ws = prepare_input(ws, self.widths, self.in_channels, type(self).__name__)
-        pooled = PooledInputs(dict(zip(self.slots, ws.weights + ws.biases)), self.pool)
+        pooled = self.pooled_inputs(dict(zip(self.slots, ws.weights + ws.biases)))
         return self.linear(torch.cat([pooled.features(s, ()) for s in self.slots], dim=-1))
+
+    def pooled_inputs(self, tensors: dict) -> PooledInputs:
+        """How the input's tensors are pooled (:mod:`dws.nn.fast` swaps in faster pooling nodes)."""
+        return PooledInputs(tensors, self.pool)

@@ -7,8 +7,8 @@ added by broadcasting. A layer for an M-layer MLP therefore runs ``O(M)`` small 
 channel-mixing matmul per hidden weight matrix, and no dense map over the weight space; the block
 ``s -> t`` of the tables is the ``(s, t)`` sub-matrix of each group holding both (see
 :meth:`DWSLayer.block_weight`, used by the block-by-block reference in :mod:`dws.nn.reference`).
-With max pooling, the channel-mixing product of a weight between two hidden layers and that
-weight's row and column pools come from one autograd node (:mod:`dws.nn.identity`).
+This module computes it the straightforward way (pool, concatenate, one matmul per group,
+broadcast-add); :mod:`dws.nn.fast` computes the same function with fewer memory passes.
 """
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ from torch import nn
 from dws.nn.blocks import block_classes
 from dws.nn.init import scaled_xavier_normal_
 from dws.nn.layout import from_features
-from dws.nn.matmul import mix_channels
-from dws.nn.pending import PendingSum
-from dws.nn.identity import MatmulAndMaxPools
-from dws.nn.pooling import PooledInputs, check_pool, direct_pools
+from dws.nn.pooling import PooledInputs, check_pool
 from dws.nn.structure import PoolGroup, Slot, make_groups, make_slots
 from dws.nn.validate import prepare_input
 from dws.weightspace import WeightSpace
@@ -39,7 +36,8 @@ class DWSLayer(nn.Module):
     Args:
         widths: ``(d_0, ..., d_M)`` of the input MLPs, ``M >= 2``.
         pool: aggregation for the POOL components: ``"max"`` (paper's experiments), ``"mean"`` or
-            ``"sum"`` (scaled by ``1/sqrt(n)``); with mean/sum the layer is linear.
+            ``"sum"`` (normalized by the set size: the same map as ``"mean"``); with mean/sum the layer
+            is linear.
         blocks: which blocks exist (``"all"`` or an ablation, see :mod:`dws.nn.blocks`).
         bias: add the equivariant constant (one value per orbit of the group, per channel).
         init_scale: the ``mu`` of the initialization (1e-3 when the output parameterizes a network).
@@ -72,16 +70,6 @@ class DWSLayer(nn.Module):
             else None
         )
         self.reset_parameters(init_scale)
-        # max pooling: each slot's pools taken straight from its input tensor, computed together
-        needed = ((s, g.kept) for g in self.groups for s in g.members)
-        self._direct_pools = direct_pools(needed) if self.pool == "max" else {}
-        # groups whose product shares one autograd node with its slot's direct pools: the identity
-        # term of a weight between two hidden layers (see dws.nn.identity)
-        self._fused_identity = {
-            i: g.members[0] for i, g in enumerate(self.groups)
-            if len(g.members) == 1 and g.kept == g.members[0].set_axes and not g.members[0].free_axes
-            and g.members[0] in self._direct_pools
-        }
 
     # ------------------------------------------------------------------ structure
     def _features(self, group: PoolGroup, channels: int) -> int:
@@ -126,106 +114,45 @@ class DWSLayer(nn.Module):
             f"pool={self.pool!r}, blocks={self.blocks!r}, groups={len(self.groups)}"
         )
 
+    def output_shape(self, slot: Slot, batch_size: int) -> tuple[int, ...]:
+        """``[B, *slot axes' widths, C_out]``: the shape of ``slot``'s output tensor."""
+        return (batch_size, *(self.widths[a] for a in slot.axes), self.out_channels)
+
+    def output_sizes(self, group: PoolGroup) -> list[int]:
+        """Widths of the group members' slices of the group's output features."""
+        return [s.free_size * self.out_channels for s in group.members]
+
     # -------------------------------------------------------------------- forward
     def forward(self, ws: WeightSpace) -> WeightSpace:
-        weights, biases = self.forward_parts(ws, pending=False)
-        return WeightSpace(tuple(weights), tuple(biases))
-
-    def identity_input(self, index: int) -> tuple[Tensor, list[tuple[int]]] | None:
-        """For ``weights[index]`` of the input, when it is a weight between two hidden layers whose
-        identity product and max pools share one node: ``(the product's matrix, the pooled dims)``
-        (what an upstream module computes for :meth:`forward_parts`' ``ready``); else None."""
-        for i, slot in self._fused_identity.items():
-            if slot.kind == "weight" and slot.layer - 1 == index:  # (ablations also fuse biases' nodes)
-                return self.group_weights[i], [(d,) for d in self._direct_pools[slot].values()]
-        return None
-
-    def forward_parts(self, ws: WeightSpace, pending: bool = True,
-                      ready: dict[int, tuple[Tensor, list[Tensor]]] | None = None) -> tuple[list, list]:
-        """The output's weights and biases; with ``pending``, a tensor that is a fresh product plus
-        broadcast terms comes as a :class:`~dws.nn.pending.PendingSum` (for a module that adds the
-        terms on the fly, see :class:`dws.nn.models.EquivariantStack`). ``ready`` gives, for some
-        ``weights[index]`` (see :meth:`identity_input`), their identity product and pools computed
-        upstream; those input tensors are then not read (they may be placeholders)."""
+        """Per group: pool each member down to the group's kept indices, concatenate, one matmul;
+        then each output tensor is its bias plus its slices of the group outputs, broadcast."""
         ws = prepare_input(ws, self.widths, self.in_channels, type(self).__name__)
         pooled = PooledInputs(dict(zip(self.slots, ws.weights + ws.biases)), self.pool)
-        products: dict[int, Tensor] = {}
-        for i, slot in self._fused_identity.items():
-            pools = self._direct_pools[slot]  # {kept: pooled dim}
-            if ready and slot.kind == "weight" and slot.layer - 1 in ready:
-                products[i], outs = ready[slot.layer - 1]
-            else:
-                dims = ((d,) for d in pools.values())
-                products[i], *outs = MatmulAndMaxPools.apply(pooled.tensors[slot], self.group_weights[i], *dims)
-            pooled.store(slot, pools, outs)
-        pooled.prefetch(self._direct_pools)
         terms: dict[Slot, list[Tensor]] = {s: [] for s in self.slots}
-        for i, (group, weight) in enumerate(zip(self.groups, self.group_weights)):
-            if i in products:
-                y = products[i]
-            else:
-                feats = [pooled.features(s, group.kept) for s in group.members]
-                y = mix_channels(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0], weight)
-            if len(group.members) == 1:  # no split: keeps e.g. the identity term a fresh tensor
-                parts: Sequence[Tensor] = (y,)
-            else:
-                parts = y.split([s.free_size * self.out_channels for s in group.members], dim=-1)
-            for s, part in zip(group.members, parts):
+        for group, weight in zip(self.groups, self.group_weights):
+            y = concat_features([pooled.features(s, group.kept) for s in group.members]) @ weight
+            for s, part in zip(group.members, y.split(self.output_sizes(group), dim=-1)):
                 terms[s].append(from_features(part, s, group.kept, self.widths))
-        out = [self._assemble(s, terms[s], ws.batch_size, pending) for s in self.slots]
+        outputs = []
+        for s in self.slots:
+            if self.slot_bias is not None:
+                terms[s].insert(0, self.slot_bias[s.name])
+            outputs.append(broadcast_sum(terms[s], self.output_shape(s, ws.batch_size), self.group_weights))
         M = len(self.widths) - 1
-        return out[:M], out[M:]
-
-    def _assemble(self, slot: Slot, terms: list[Tensor], batch_size: int, pending: bool) -> Tensor | PendingSum:
-        """Sum a slot's broadcast terms with as few full-size passes as possible.
-
-        Terms whose shapes nest (e.g. the global pool term and the bias into a row term) are summed
-        while small; what is left is added **in place** into the full-size term when there is one
-        that this layer owns (a fresh matmul output: the channel-mixing identity term), so e.g. a
-        hidden weight's output costs its matmul plus one pass per broadcast direction (none with
-        ``pending``: the full-size term and the rest come back as a :class:`PendingSum`).
-        """
-        shape = (batch_size, *(self.widths[a] for a in slot.axes), self.out_channels)
-        if self.slot_bias is not None:
-            terms = [self.slot_bias[slot.name]] + terms
-        if not terms:
-            return terms_zero(shape, self.group_weights[0] if len(self.group_weights) else None)
-        full = next((t for t in terms if tuple(t.shape) == shape and _owned(t)), None)
-        small = _fold_nested(sorted((t for t in terms if t is not full), key=Tensor.numel))
-        if full is not None:
-            summed = PendingSum(full, small)
-            return summed if pending and small else summed.resolve()
-        acc = small[0]
-        for t in small[1:]:
-            acc = acc.add_(t) if tuple(acc.shape) == shape and acc is not small[0] else acc + t
-        return acc.expand(shape)
+        return WeightSpace(tuple(outputs[:M]), tuple(outputs[M:]))
 
 
-def _owned(t: Tensor) -> bool:
-    """A tensor produced inside the layer that nothing else references (safe to add into in place)."""
-    return not t._is_view() and not (t.is_leaf and t.requires_grad)
+def concat_features(features: list[Tensor]) -> Tensor:
+    """The members' features side by side (a single member's as they are, not copied)."""
+    return features[0] if len(features) == 1 else torch.cat(features, dim=-1)
 
 
-def _fold_nested(terms: list[Tensor]) -> list[Tensor]:
-    """Sum terms (sorted by size) whose shapes broadcast into another term's shape: the result has
-    that term's (small) shape. Terms broadcasting along different axes stay separate."""
-    out: list[Tensor] = []
-    for t in terms:
-        for k, s in enumerate(out):
-            if _broadcasts_into(s.shape, t.shape):
-                out[k] = t + s
-                break
-        else:
-            out.append(t)
-    return out
-
-
-def _broadcasts_into(small, big) -> bool:
-    """Whether a tensor of shape ``small`` broadcasts to shape ``big`` (``torch.broadcast_shapes``
-    is a Python reference implementation, ~20x slower for this check)."""
-    return len(small) <= len(big) and all(a == 1 or a == b for a, b in zip(reversed(small), reversed(big)))
-
-
-def terms_zero(shape, like: Tensor | None) -> Tensor:
-    """Output of a slot no block writes to and without a bias (possible only in ablations)."""
-    return torch.zeros(shape) if like is None else like.new_zeros(shape)
+def broadcast_sum(terms: list[Tensor], shape: tuple[int, ...], params: nn.ParameterList) -> Tensor:
+    """The sum of ``terms`` broadcast to ``shape``; zeros for a slot that no block writes to and
+    that has no bias (possible only in ablations)."""
+    if not terms:
+        return params[0].new_zeros(shape) if len(params) else torch.zeros(shape)
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    return total.expand(shape)

@@ -7,10 +7,9 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from dws.nn.fusable import fusable
 from dws.nn.invariant import DWSInvariantLayer
 from dws.nn.layer import DWSLayer
-from dws.nn.pointwise import WSBatchNorm, activation_block
+from dws.nn.pointwise import activation_block
 from dws.nn.reduction import FreeAxisLinear
 from dws.weightspace import WeightSpace
 
@@ -39,47 +38,12 @@ def channel_list(hidden_channels: int | Sequence[int], num_layers: int) -> list[
     return channels
 
 
-class EquivariantStack(nn.Sequential):
-    """DWS layers and the modules after them, in order, with two fusions across module boundaries
-    (same modules and state dict as an ``nn.Sequential`` of them, same function):
-
-    * a DWS layer followed by batch norm + ReLU hands it its outputs before the broadcast terms are
-      added (:meth:`DWSLayer.forward_parts`), so the batch norm adds them on the fly where it can
-      (:mod:`dws.nn.pending`): two full-size passes fewer each way per hidden weight;
-    * when the next module is again a DWS layer, that batch norm + ReLU also computes the next
-      layer's identity product and max pools of each weight between two hidden layers
-      (:meth:`WSBatchNorm.forward_into`), so the normalized tensor is never written or read back.
-
-    Modules with hooks or of a subclass are called as in an ``nn.Sequential`` (:mod:`dws.nn.fusable`).
-    """
-
-    def forward(self, ws: WeightSpace) -> WeightSpace:
-        mods = list(self)
-        ready = None  # the next DWS layer's identity products and pools, computed by a batch norm
-        i = 0
-        while i < len(mods):
-            module, after = mods[i], mods[i + 1] if i + 1 < len(mods) else None
-            if not fusable(module, DWSLayer):  # (ready is only prepared for a fusable DWS layer)
-                ws, i = module(ws), i + 1
-                continue
-            fuse = fusable(after, WSBatchNorm) and after.relu
-            weights, biases = module.forward_parts(ws, pending=fuse, ready=ready)
-            following = mods[i + 2] if fuse and i + 2 < len(mods) else None
-            if not fuse:
-                ws, ready, i = WeightSpace(tuple(weights), tuple(biases)), None, i + 1
-            elif fusable(following, DWSLayer):
-                (ws, ready), i = after.forward_into(weights, biases, following), i + 2
-            else:
-                ws, ready, i = after.forward_parts(weights, biases), None, i + 2
-        return ws
-
-
 def equivariant_stack(
     widths: Sequence[int], channels: Sequence[int], *, pool: str, blocks: str, bn: bool, dropout: float,
     activate_last: bool, last_init_scale: float = 1.0,
-) -> EquivariantStack:
+) -> nn.Sequential:
     """DWS layers ``channels[0] -> channels[1] -> ...``, each followed by [BN,] ReLU[, dropout]
-    (the last one only if ``activate_last``)."""
+    (the last one only if ``activate_last``), as a plain ``nn.Sequential``."""
     M = len(widths) - 1
     mods: list[nn.Module] = []
     n = len(channels) - 1
@@ -91,7 +55,7 @@ def equivariant_stack(
         )
         if not last or activate_last:
             mods += activation_block(M, channels[k + 1], bn, dropout)
-    return EquivariantStack(*mods)
+    return nn.Sequential(*mods)
 
 
 def _reducer(widths: tuple[int, ...], target: tuple[int, ...]) -> nn.Module:

@@ -2,9 +2,9 @@
 
 It follows the paper's tables literally: for every input tensor ``U_j``, output tensor ``U_i`` and
 choice of which shared set indices to keep, pool ``U_j`` from scratch over the others, apply that
-block's linear map (a slice of the fused layer's parameters), broadcast and accumulate. No pooled
-tensor or matmul is shared between blocks, which is what the fused layer optimizes away; both must
-compute the same function.
+block's linear map (a slice of the layer's group matrices), broadcast and accumulate. No pooled
+tensor or matmul is shared between blocks, which is what the layer's grouping optimizes away; both
+must compute the same function. Plain PyTorch operators only (no accelerator, no C).
 """
 
 from __future__ import annotations

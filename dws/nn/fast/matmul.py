@@ -9,6 +9,11 @@ backward's input gradient is the same shape of product and goes to oneDNN too; t
 (a long reduction, where MKL is faster) stays with ``torch.mm``. Anything else (float64, GPU,
 small products, a PyTorch built without oneDNN) is a plain ``torch.matmul``. Results equal
 ``torch.matmul``'s up to float rounding (tested).
+
+The oneDNN linear op (``torch.ops.mkldnn._linear_pointwise``) is private: other PyTorch builds
+may lack it or change its signature. It is used only if a trial product on import gives
+``torch.matmul``'s result (:func:`_onednn_linear_op`); otherwise every product is a
+``torch.matmul`` (tested).
 """
 
 from __future__ import annotations
@@ -21,9 +26,15 @@ ONEDNN_MIN_ROWS = 16384  # below this, MKL is as fast and a custom autograd node
 
 
 def _onednn_linear_op():
+    """The oneDNN linear op if this PyTorch has it with the signature used here, else None."""
     try:
-        return torch.ops.mkldnn._linear_pointwise if torch.backends.mkldnn.is_available() else None
-    except (AttributeError, RuntimeError):
+        if not torch.backends.mkldnn.is_available():
+            return None
+        op = torch.ops.mkldnn._linear_pointwise
+        x, w = torch.randn(5, 3), torch.randn(4, 3)
+        ok = torch.allclose(op(x, w, None, "none", [], ""), x @ w.t(), atol=1e-5)
+        return op if ok else None
+    except Exception:  # noqa: BLE001 (missing, renamed or changed: use torch.matmul)
         return None
 
 
@@ -63,11 +74,12 @@ def weight_grad(x: Tensor, grad: Tensor) -> Tensor:
 
 
 def _linear(x: Tensor, weight_t: Tensor) -> Tensor:
-    """oneDNN's ``x @ weight_t.t()`` as a fresh tensor. Called on an N-D input, the op returns a
-    *view* of its 2-D result; the DWS layer only adds broadcast terms in place into tensors that
-    are not views, so an N-D view would cost two out-of-place full-size adds per hidden weight."""
+    """oneDNN's ``x @ weight_t.t()`` as a fresh N-D tensor, not a view: the DWS layer adds its
+    broadcast terms in place into a hidden weight's product, and autograd refuses in-place changes
+    of a custom node's output that is a view (the op returns a view of its 2-D result for an N-D
+    input; ``resize_`` gives the 2-D result the N-D shape without a copy)."""
     out = _LINEAR(x.reshape(-1, x.shape[-1]), weight_t, None, "none", [], "")
-    return torch.ops.aten._unsafe_view(out, (*x.shape[:-1], out.shape[-1]))
+    return out.resize_(*x.shape[:-1], out.shape[-1])
 
 
 class _OneDNNMatmul(torch.autograd.Function):

@@ -13,23 +13,24 @@ from __future__ import annotations
 
 import torch
 
-from dws.nn import native_pools
-from dws.nn.matmul import input_grad, product, uses_onednn, weight_grad
-from dws.nn.pooling import add_pool_grads_, max_pools
+from dws.nn.fast import native_pools
+from dws.nn.fast.matmul import input_grad, product, uses_onednn, weight_grad
+from dws.nn.fast.pools import add_pool_grads_, max_pools
 
 Tensor = torch.Tensor
 
 
 class MatmulAndMaxPools(torch.autograd.Function):
-    """``MatmulAndMaxPools.apply(x, weight, (d_1,), (d_2,), ...)`` returns ``(x @ weight, amax(x, d_1),
-    amax(x, d_2), ...)``; the product as a fresh tensor (the layer adds its broadcast terms into it in
-    place), the pools as :class:`dws.nn.pooling.MaxOverDims` computes them."""
+    """``MatmulAndMaxPools.apply(x, weight, use_native, (d_1,), (d_2,), ...)`` returns ``(x @ weight,
+    amax(x, d_1), amax(x, d_2), ...)``; the product as a fresh tensor (the layer adds its broadcast
+    terms into it in place), the pools as :class:`dws.nn.fast.pools.MaxOverDims` computes them;
+    with ``use_native``, in C where the kernels take ``x`` and ``weight``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, *dims_list: tuple[int, ...]):
+    def forward(ctx, x: Tensor, weight: Tensor, use_native: bool, *dims_list: tuple[int, ...]):
         ctx.set_materialize_grads(False)
         ctx.num_pools = len(dims_list)
-        ctx.native = native_pools.applies(x, weight, dims_list)
+        ctx.native = use_native and native_pools.applies(x, weight, dims_list)
         if ctx.native:
             return native_pools.forward(ctx, x, weight, dims_list)
         onednn = uses_onednn(x, weight)
@@ -40,8 +41,9 @@ class MatmulAndMaxPools(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y: Tensor | None, *grad_pools: Tensor | None):
+        none = (None,) * (1 + ctx.num_pools)
         if ctx.native:
-            return native_pools.backward(ctx, grad_y, grad_pools) + (None,) * ctx.num_pools
+            return native_pools.backward(ctx, grad_y, grad_pools) + none
         x, weight, *positions = ctx.saved_tensors
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:
@@ -49,4 +51,4 @@ class MatmulAndMaxPools(torch.autograd.Function):
             add_pool_grads_(grad_x, positions, grad_pools)
         if ctx.needs_input_grad[1] and grad_y is not None:
             grad_w = weight_grad(x, grad_y)
-        return (grad_x, grad_w) + (None,) * ctx.num_pools
+        return (grad_x, grad_w) + none

@@ -3,9 +3,9 @@
 PyTorch's ``[N, C]`` batch norm followed by an in-place ReLU makes five passes over the tensor
 forward (statistics, normalization, ReLU) and backward (the ReLU mask, batch norm's two passes),
 and keeps both its input and its output for the backward. :class:`BatchNormReLU` makes two passes
-each way (:mod:`dws.nn.native`) and keeps only the input: the backward recomputes the ReLU mask
+each way (:mod:`dws.nn.fast.native`) and keeps only the input: the backward recomputes the ReLU mask
 from it. It can add a DWS layer's row and column broadcast terms on the fly (see
-:mod:`dws.nn.pending`), and :class:`BatchNormReLUProduct` also computes the next DWS layer's
+:mod:`dws.nn.fast.pending`), and :class:`BatchNormReLUProduct` also computes the next DWS layer's
 identity product and max pools of its output without storing that output. Running statistics are
 updated (in the kernel) as ``nn.BatchNorm1d`` does.
 """
@@ -16,15 +16,15 @@ import torch
 from torch.autograd.function import once_differentiable
 from torch import nn
 
-from dws.nn import native, native_pools
-from dws.nn.fusable import fusable
+from dws.nn.fast import native, native_pools
+from dws.nn.fast.guard import fusable
 
 Tensor = torch.Tensor
 
 
 class BatchNormReLU(torch.autograd.Function):
     """``BatchNormReLU.apply(y, row, col, gamma, beta, eps, running)`` -> ``relu(batch_norm(v))`` for
-    ``v = y`` or ``y + row + col``, updating ``running`` (see :func:`dws.nn.native.bn_relu`)."""
+    ``v = y`` or ``y + row + col``, updating ``running`` (see :func:`dws.nn.fast.native.bn_relu`)."""
 
     @staticmethod
     def forward(ctx, y: Tensor, row: Tensor | None, col: Tensor | None, gamma: Tensor, beta: Tensor, eps: float,
@@ -46,8 +46,8 @@ class BatchNormReLUProduct(torch.autograd.Function):
     ``(z @ weight, *max pools of z over each dim)`` for ``z = relu(batch_norm(y + row + col))``
     (``[B, H, W, C]``; dims ``(1,)`` over H, ``(2,)`` over W), without materializing ``z``: a hidden
     weight's batch norm + ReLU and the next DWS layer's identity product and pools of it (what
-    :class:`dws.nn.identity.MatmulAndMaxPools` would compute from ``z``), see
-    :func:`dws.nn.native.bn_relu_product`."""
+    :class:`dws.nn.fast.identity.MatmulAndMaxPools` would compute from ``z``), see
+    :func:`dws.nn.fast.native.bn_relu_product`."""
 
     @staticmethod
     def forward(ctx, y, row, col, gamma, beta, weight, eps, running, *dims_list):
@@ -74,7 +74,7 @@ def native_applies(bn: nn.BatchNorm1d, y: Tensor, *terms: Tensor | None) -> bool
     """Whether :func:`bn_relu_train` can replace ``relu(bn(v))`` for ``v = y`` (``[N, C]``) or
     ``y + row + col`` (``y`` ``[B, H, W, C]``, ``terms`` its row and column terms): training mode
     with batch statistics, affine, at least two rows, a plain ``BatchNorm1d`` without hooks (see
-    :mod:`dws.nn.fusable`), and what the native kernels take."""
+    :mod:`dws.nn.fast.guard`), and what the native kernels take."""
     rows = y.numel() // max(y.shape[-1], 1)
     present = [t for t in terms if t is not None]
     return (
@@ -103,7 +103,7 @@ def _running(bn: nn.BatchNorm1d):
 
 def bn_relu_train(bn: nn.BatchNorm1d, y: Tensor, row: Tensor | None = None, col: Tensor | None = None) -> Tensor:
     """``relu(bn(v))`` over the channels (last axis) of ``v = y`` or ``y + row + col`` (see
-    :func:`dws.nn.native.bn_relu`) for ``bn`` in training mode, updating its running statistics."""
+    :func:`dws.nn.fast.native.bn_relu`) for ``bn`` in training mode, updating its running statistics."""
     return BatchNormReLU.apply(y, row, col, bn.weight, bn.bias, bn.eps, _running(bn))
 
 

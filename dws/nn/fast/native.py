@@ -12,10 +12,12 @@ and the next layer's product and pools without storing the normalized tensor. Th
 PyTorch's OpenMP thread pool (see ``kernels.c``; a PyTorch built on another OpenMP runtime than
 GNU libgomp leaves them their own pool, with as many threads as ``torch.get_num_threads()``).
 
-Used for float32 CPU tensors whose channel counts are multiples of 8, where the library could be
-built (:mod:`zoo.cbuild`: x86-64 with AVX2 and FMA, a C compiler, ``ZOO_NATIVE`` not ``0``);
-everything else (float64, GPU, other channel counts) takes the PyTorch path, which computes the
-same function up to float rounding (tested).
+Built and loaded only when a model is accelerated with the ``"auto"`` or ``"native"`` backend
+(:func:`dws.nn.fast.accelerate`), where the library can be built (:mod:`zoo.cbuild`: x86-64 with
+AVX2 and FMA, a C compiler, ``ZOO_NATIVE`` not ``0``). The accelerated modules then use it for
+float32 CPU tensors whose channel counts are multiples of 8; everything else (float64, GPU, other
+channel counts) takes the accelerator's PyTorch path, which computes the same function up to float
+rounding (tested).
 """
 
 from __future__ import annotations

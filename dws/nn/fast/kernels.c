@@ -1,15 +1,15 @@
 /* Native CPU kernels for the largest tensors of a DWSNet training step (AVX2 + FMA, OpenMP).
  *
- * Built and loaded by dws/nn/native.py, which documents why they exist. Three operations:
+ * Built and loaded by dws/nn/fast/native.py, which documents why they exist. Three operations:
  *   - a hidden weight's channel-mixing product and its row and column max pools
- *     (dws.nn.identity.MatmulAndMaxPools), forward and backward, one network at a time so that
+ *     (dws.nn.fast.identity.MatmulAndMaxPools), forward and backward, one network at a time so that
  *     the network's [H, W, C] block stays in the core's L2 cache between the pools, the product
  *     and (backward) the input gradient, the weight gradient and the pools' scatter;
  *   - batch norm (training mode, batch statistics) followed by ReLU over [N, C]
- *     (dws.nn.bn_relu), forward and backward, two passes each way, with the DWS layer's row and
+ *     (dws.nn.fast.bn_relu), forward and backward, two passes each way, with the DWS layer's row and
  *     column broadcast terms of a hidden weight added on the fly;
  *   - the two together: batch norm + ReLU of one DWS layer's hidden weight and the next layer's
- *     pools and product of the result, which is never stored (dws.nn.bn_relu.BatchNormReLUProduct).
+ *     pools and product of the result, which is never stored (dws.nn.fast.bn_relu.BatchNormReLUProduct).
  * Layout: float32, C-contiguous, channels last. Requirement (checked by the caller): every
  * channel count a multiple of 8. Loops are parallel with OpenMP; loaded into a PyTorch process the
  * library resolves libgomp to PyTorch's copy, so it runs on PyTorch's own thread pool.

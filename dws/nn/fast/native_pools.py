@@ -1,8 +1,8 @@
 """The native form of the max-pool nodes: a hidden weight's pools (and channel-mixing product).
 
-Shared by :class:`dws.nn.identity.MatmulAndMaxPools` (pools + product of a weight between two
-hidden layers) and :class:`dws.nn.pooling.MaxOverDims` (pools alone, e.g. the invariant layer's):
-the kernels of :mod:`dws.nn.native` take the pools over H and/or W of a ``[B, H, W, C]`` tensor
+Shared by :class:`dws.nn.fast.identity.MatmulAndMaxPools` (pools + product of a weight between two
+hidden layers) and :class:`dws.nn.fast.pools.MaxOverDims` (pools alone, e.g. the invariant layer's):
+the kernels of :mod:`dws.nn.fast.native` take the pools over H and/or W of a ``[B, H, W, C]`` tensor
 one network at a time, and the backward writes the input gradient (product gradient, or zeros)
 and scatters the pools' gradients into it while the network's block is in cache. Called from the
 nodes' ``forward``/``backward`` with their ``ctx``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from dws.nn import native
+from dws.nn.fast import native
 
 Tensor = torch.Tensor
 ROWS, COLUMNS = (2,), (1,)  # pooled dims of [B, H, W, C]: over W (one max per row), over H
@@ -41,8 +41,8 @@ def forward(ctx, x: Tensor, weight: Tensor | None, dims_list) -> tuple[Tensor, .
 def backward(ctx, grad_y: Tensor | None, grad_pools) -> tuple[Tensor | None, Tensor | None]:
     """``(grad_x, grad_weight)`` from the product's gradient (None: not used) and the pools'."""
     if torch.is_grad_enabled():  # (create_graph=True) the kernels' gradients have no graph of their own
-        raise RuntimeError("double backward through the native DWS kernels is not supported; "
-                           "set ZOO_NATIVE=0 (the PyTorch path) for higher-order gradients")
+        raise RuntimeError("double backward through the native DWS kernels is not supported; for "
+                           "higher-order gradients use accelerate(model, backend='pytorch') or ZOO_NATIVE=0")
     saved = ctx.saved_tensors
     x, weight, args = (saved[0], saved[1], saved[2:]) if ctx.with_product else (ctx.shape, None, saved)
     row, col = pool_gradients(ctx.dims_list, grad_pools, args)

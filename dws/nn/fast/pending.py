@@ -4,7 +4,7 @@ A hidden weight's output is its channel-mixing product (a fresh full-size tensor
 terms: a row term (constant along the columns), a column term and a global one. Adding them takes
 one pass over the full tensor each way per term. When batch norm + ReLU follows (the paper's
 invariant DWSNets), it can add them on the fly while it reads the product anyway
-(:func:`dws.nn.bn_relu.bn_relu_train`), so :class:`dws.nn.models.EquivariantStack` hands it the
+(:func:`dws.nn.fast.bn_relu.bn_relu_train`), so :class:`dws.nn.fast.stack.FusedStack` hands it the
 output as a :class:`PendingSum`. Everything else gets the resolved tensor.
 """
 
