@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from dws.tasks.options import DEFAULTS as TRAIN
+from dws.tasks.options import BACKENDS as TRAIN_BACKENDS
 from dws.tasks.options import MODELS, TASKS, TrainOptions
 
 
@@ -209,6 +210,10 @@ def show(store, out, count, data_root):
 @click.option("--workers", type=click.IntRange(min=1), default=TRAIN["workers"], show_default=True,
               help="N > 1: data-parallel training on N Ray Train workers (see docs/train.md).")
 @click.option("--address", default=TRAIN["address"], help="With --workers N > 1: the Ray cluster to join (default: a local one).")
+@click.option("--backend", type=click.Choice(TRAIN_BACKENDS), default=TRAIN["backend"], show_default=True,
+              help="How the DWSNet runs: auto (native C kernels where they apply, else fused PyTorch), native "
+                   "(fail if the kernels cannot be built), pytorch (fused, PyTorch operators only), plain (the "
+                   "paper's modules as written). Same function; see docs/dws.md.")
 def train(store, **kw):
     """Train a model on a store's train split, select on val, report test (see docs/train.md)."""
     from dws.tasks.run import train_run

@@ -152,6 +152,9 @@ def test_train_offers_what_the_registries_build_with_the_options_defaults():
             assert param.default == options.DEFAULTS[name], name
     assert tuple(params["model"].type.choices) == options.MODELS
     assert tuple(params["task"].type.choices) == options.TASKS
+    from dws.nn.fast import BACKENDS
+
+    assert options.BACKENDS == BACKENDS == tuple(params["backend"].type.choices)
 
 
 def _assert_refused(args: list[str], message: str, not_created) -> None:
@@ -160,6 +163,12 @@ def _assert_refused(args: list[str], message: str, not_created) -> None:
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not not_created.exists()
+
+
+def test_backend_with_a_baseline_is_refused(tiny_store, tmp_path):
+    out = tmp_path / "run"
+    _assert_refused(["train", str(tiny_store), "--model", "mlp", "--backend", "plain", "--out", str(out)],
+                    "--backend", out)
 
 
 def test_eval_of_a_folder_that_is_not_a_run_is_one_clear_line(tiny_store, tmp_path):

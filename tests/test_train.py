@@ -196,3 +196,15 @@ def test_retain_freed_memory_reuses_large_blocks():
     assert mapped == 0 and kept >= 37
     mapped, kept = blocks("off")  # glibc's default (3 and 0 here; its threshold adapts to past frees)
     assert mapped >= 1 and kept < 37
+
+
+@pytest.mark.parametrize("backend, fused", [("plain", False), ("pytorch", True)])
+def test_backend_option_decides_how_the_dwsnet_runs(backend, fused):
+    """`zoo train --backend` reaches dws.nn.fast.accelerate: plain modules, or fused ones (same function)."""
+    from dws.nn.fast import describe
+    from dws.tasks.models import build_model
+
+    model, _ = build_model("dwsnet", (2, 8, 8, 1), 3, hidden_channels=8, num_layers=2, backend=backend)
+    kinds = describe(model)
+    assert bool(kinds) == fused
+    assert all("(pytorch)" in k for k in kinds.values())

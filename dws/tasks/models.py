@@ -38,14 +38,15 @@ def dwsnet_kwargs(hidden_channels: int, num_layers: int, dropout: float = 0.0, b
 
 def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_channels: int = 48,
                 num_layers: int = 4, dropout: float = 0.0, bn: bool = True, blocks: str = "all",
-                pool: str = "max", params_rtol: float = 0.15) -> tuple[nn.Module, dict]:
-    """The model and a description (name, parameter count, DWSNet count it was sized to)."""
+                pool: str = "max", params_rtol: float = 0.15, backend: str = "auto") -> tuple[nn.Module, dict]:
+    """The model and a description (name, parameter count, DWSNet count it was sized to); the DWSNet
+    runs on ``backend`` (:func:`dws.nn.fast.accelerate`: same function, different speed)."""
     if name != "dwsnet" and name not in BASELINES:
         raise ValueError(f"unknown model {name!r}; choose from dwsnet, {', '.join(BASELINES)}")
     dws = DWSNetInvariant(widths, out_features, **dwsnet_kwargs(hidden_channels, num_layers, dropout, bn, blocks, pool))
     target = count_params(dws)
     if name == "dwsnet":
-        return accelerate(dws), {"model": name, "params": target}  # fused kernels: same function, faster
+        return accelerate(dws, backend), {"model": name, "params": target}
     model = build_baseline(name, widths, out_features, target_params=target, params_rtol=params_rtol,
                            dropout=dropout)
     return model, {"model": name, "params": count_params(model), "sized_to": target}

@@ -17,6 +17,9 @@ from zoo.options import require_at_least, require_positive
 # (tests/test_train.py checks that the three agree)
 MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer")
 TASKS = ("classify", "regress", "ssl")
+# how the DWSNet runs (dws.nn.fast.accelerate's backends; tests/test_train.py checks they agree):
+# auto = native C kernels where they apply, else fused PyTorch; plain = the paper's modules as written
+BACKENDS = ("auto", "native", "pytorch", "plain")
 
 
 @dataclass
@@ -46,6 +49,7 @@ class TrainOptions:
     progress: bool = True
     workers: int = 1  # > 1: data-parallel training on Ray Train (dws/tasks/distributed.py)
     address: str | None = None  # Ray cluster to join with workers > 1 (None: a local one)
+    backend: str = "auto"  # how the DWSNet runs (BACKENDS); same function, different speed
 
 
 DEFAULTS = {f.name: f.default for f in fields(TrainOptions) if f.name != "store"}
@@ -56,6 +60,7 @@ DWSNET_ONLY = {
     "blocks": ("--blocks", "the baselines have no DWS blocks"),
     "bn": ("--no-bn", "the baselines always use batch norm, as in the paper"),
     "pool": ("pool", "the baselines have no DWS pooling"),
+    "backend": ("--backend", "the baselines run on PyTorch operators only"),
 }
 
 
@@ -69,7 +74,8 @@ def check_options(opts: TrainOptions) -> None:
     require_positive("--lr", opts.lr)
     if not 0 <= opts.dropout < 1:
         raise ValueError(f"--dropout must be in [0, 1), got {opts.dropout}")
-    for flag, value, choices in (("--model", opts.model, MODELS), ("--task", opts.task, TASKS)):
+    for flag, value, choices in (("--model", opts.model, MODELS), ("--task", opts.task, TASKS),
+                                 ("--backend", opts.backend, BACKENDS)):
         if value not in choices:
             raise ValueError(f"{flag} {value!r} is not one of {', '.join(choices)}")
     if opts.model != "dwsnet":

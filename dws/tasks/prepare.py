@@ -62,7 +62,8 @@ class PreparedRun:
 
     def build_model(self, log=print) -> tuple[nn.Module, dict]:
         """A freshly initialized model (seed the global RNG first), ready for ``data_store``'s networks."""
-        model, desc = build_model(self.opts.model, self.store.widths, self.out_features, **self.model_kwargs)
+        model, desc = build_model(self.opts.model, self.store.widths, self.out_features, **self.model_kwargs,
+                                  backend=self.opts.backend)
         training_store(model, self.store, self.run_dir, log)
         return model, desc
 
@@ -119,7 +120,8 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     num_classes, out_features = task.num_classes(store), task.output_size(store)
     model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
                         bn=opts.bn, blocks=opts.blocks, pool=opts.pool)
-    model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs)  # refuses what cannot be built
+    # refuses what cannot be built (plain: no kernel build for a check)
+    model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs, backend="plain")
     if (run_dir / "metrics.json").exists():
         log(f"note: {run_dir} holds an earlier run; this one replaces it when it finishes")
     data_store = training_store(model, store, run_dir, log)
