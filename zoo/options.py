@@ -1,5 +1,6 @@
-"""Range checks for command options, shared by ``zoo generate`` and ``zoo train``: a bad value is
-refused with the flag's name before any store or run directory is created."""
+"""Checks of command options, shared by ``zoo generate`` and ``zoo train``: a bad value is refused
+with the flag's name before any store or run directory is created, and a resume with other
+settings than the interrupted work's is refused with every difference named."""
 
 from __future__ import annotations
 
@@ -15,3 +16,13 @@ def require_positive(flag: str, value: float | None) -> None:
     """ValueError unless ``value`` is unset or > 0 (NaN included)."""
     if value is not None and not value > 0:
         raise ValueError(f"{flag} must be positive, got {value}")
+
+
+def settings_diff(stored, asked, prefix: str = "", labels: tuple[str, str] = ("store", "asked")) -> list[str]:
+    """``key: <labels[0]> stored, <labels[1]> asked`` for every leaf where two nested settings dicts differ."""
+    if isinstance(stored, dict) and isinstance(asked, dict):
+        lines = []
+        for key in list(stored) + [k for k in asked if k not in stored]:
+            lines += settings_diff(stored.get(key), asked.get(key), f"{prefix}{key}.", labels)
+        return lines
+    return [] if stored == asked else [f"{prefix.rstrip('.')}: {labels[0]} {stored!r}, {labels[1]} {asked!r}"]

@@ -18,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..devices import resolve_device
-from ..options import require_at_least, require_positive
+from ..options import require_at_least, require_positive, settings_diff
 from ..sources import get_source
 from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
 from ..store.location import require_local
@@ -85,16 +85,6 @@ def check_options(opts: GenerateOptions) -> None:
     elif opts.limit is not None and opts.limit < 1:
         raise ValueError(f"--limit must be at least 1, got {opts.limit}")
     resolve_device(opts.device)
-
-
-def settings_diff(stored, asked, prefix: str = "") -> list[str]:
-    """``key: stored != asked`` for every leaf where two nested settings dicts differ."""
-    if isinstance(stored, dict) and isinstance(asked, dict):
-        lines = []
-        for key in list(stored) + [k for k in asked if k not in stored]:
-            lines += settings_diff(stored.get(key), asked.get(key), f"{prefix}{key}.")
-        return lines
-    return [] if stored == asked else [f"{prefix.rstrip('.')}: store {stored!r}, asked {asked!r}"]
 
 
 def generate(opts: GenerateOptions, log=print) -> dict:
