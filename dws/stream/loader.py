@@ -127,6 +127,20 @@ class WeightStoreLoader:
         """The next iteration produces epoch ``epoch``; each iteration then advances it by one."""
         self.epoch = int(epoch)
 
+    def state_dict(self) -> dict:
+        """The loader's position between epochs (what a resumed training restores): the next epoch.
+
+        An epoch's batch order and augmentation draws depend on ``(seed, epoch)`` only, so this is
+        all a loader needs to continue as if never stopped.
+        """
+        return {"epoch": self.epoch, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["seed"] != self.seed:
+            raise ValueError(f"a loader position saved with seed {state['seed']} cannot resume a loader with "
+                             f"seed {self.seed}")
+        self.set_epoch(state["epoch"])
+
     # ----------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[Batch]:
         epoch, self.epoch = self.epoch, self.epoch + 1
