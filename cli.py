@@ -214,11 +214,21 @@ def show(store, out, count, data_root):
               help="How the DWSNet runs: auto (native C kernels where they apply, else fused PyTorch), native "
                    "(fail if the kernels cannot be built), pytorch (fused, PyTorch operators only), plain (the "
                    "paper's modules as written). Same function; see docs/dws.md.")
+@click.option("--resume/--restart", default=TRAIN["resume"], show_default=True,
+              help="--resume: continue an interrupted run in the run directory after its last completed epoch "
+                   "(refused if the settings differ); --restart: discard it and start over (see docs/train.md).")
 def train(store, **kw):
     """Train a model on a store's train split, select on val, report test (see docs/train.md)."""
+    from dws.tasks.options import default_run_dir
     from dws.tasks.run import train_run
 
-    train_run(TrainOptions(store=store, **kw), log=click.echo)
+    opts = TrainOptions(store=store, **kw)
+    try:
+        train_run(opts, log=click.echo)
+    except KeyboardInterrupt:
+        click.secho(f"\ninterrupted: the completed epochs are kept in {opts.out or default_run_dir(opts)}; rerun the "
+                    f"same command to resume (--restart starts over)", fg="yellow", err=True)
+        sys.exit(130)
 
 
 @main.command(name="eval")

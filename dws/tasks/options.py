@@ -50,6 +50,7 @@ class TrainOptions:
     workers: int = 1  # > 1: data-parallel training on Ray Train (dws/tasks/distributed.py)
     address: str | None = None  # Ray cluster to join with workers > 1 (None: a local one)
     backend: str = "auto"  # how the DWSNet runs (BACKENDS); same function, different speed
+    resume: bool = True  # continue an unfinished run in the run directory (same settings); False: start over
 
 
 DEFAULTS = {f.name: f.default for f in fields(TrainOptions) if f.name != "store"}

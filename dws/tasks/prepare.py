@@ -4,14 +4,16 @@
 every split used, full batches where the task needs them), builds the model once (so that options
 it cannot be built with are refused here) and asks it for the store it trains on (the
 ``prepare_store`` hook of :mod:`dws.tasks.models`). Nothing is written before that hook, and the
-run directory itself is created when something is first written into it.
+run directory itself is created when something is first written into it. An unfinished run in the
+run directory (its ``checkpoints/``) is resumed only with the same settings (:func:`resume_settings`);
+with others it is refused here, before the hook could re-derive the store it trains on.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +24,7 @@ from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
 from zoo.store import StoreError, WeightStore
 
+from .checkpoint import RunCheckpoints
 from .models import build_model, training_store
 from .objectives import Task, get_task
 from .options import TrainOptions, default_run_dir
@@ -35,6 +38,12 @@ class FirstBatches:
 
     def __iter__(self):
         return itertools.islice(iter(self.loader), self.count)
+
+    def state_dict(self) -> dict:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loader.load_state_dict(state)
 
 
 def default_augmentation(store: WeightStore):
@@ -59,6 +68,7 @@ class PreparedRun:
     data_store: WeightStore  # the store the model trains on (``store``, or what its hook derived)
     device: str
     augment: Callable | None = None  # the training augmentation (None: --no-augment)
+    checkpoints: RunCheckpoints | None = None  # where each training's state is saved, to resume
 
     def build_model(self, log=print) -> tuple[nn.Module, dict]:
         """A freshly initialized model (seed the global RNG first), ready for ``data_store``'s networks."""
@@ -111,19 +121,34 @@ def check_store(store: WeightStore, task: Task, opts: TrainOptions) -> None:
                          f"lower --batch-size")
 
 
+# options that change how fast a run goes, not what it computes (beyond float rounding): a resumed
+# run may change them; every other option (also one added later) must match the unfinished run
+SPEED_ONLY = ("out", "progress", "loader_workers", "device", "backend", "address", "resume")
+
+
+def resume_settings(opts: TrainOptions, store: WeightStore) -> dict:
+    """What an unfinished run and its rerun must agree on: the options by flag, and which store."""
+    settings = {f"--{name.replace('_', '-')}": value for name, value in asdict(opts).items()
+                if name not in SPEED_ONLY and name != "store"}
+    return {"STORE": str(store.root.resolve()), "STORE created": store.manifest.get("created"), **settings}
+
+
 def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     """Check ``opts`` against the store and set the run up (see the module docstring)."""
     store = WeightStore(opts.store)
     task = get_task(opts.task, opts.target)
     check_store(store, task, opts)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
+    checkpoints = RunCheckpoints(run_dir, resume_settings(opts, store), opts.resume)
+    checkpoints.check()
     num_classes, out_features = task.num_classes(store), task.output_size(store)
     model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
                         bn=opts.bn, blocks=opts.blocks, pool=opts.pool)
     # refuses what cannot be built (plain: no kernel build for a check)
     model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs, backend="plain")
-    if (run_dir / "metrics.json").exists():
+    if (run_dir / "metrics.json").exists() and not checkpoints.unfinished():
         log(f"note: {run_dir} holds an earlier run; this one replaces it when it finishes")
     data_store = training_store(model, store, run_dir, log)
     return PreparedRun(opts, store, task, run_dir, num_classes, out_features, model_kwargs, data_store,
-                       resolve_device(opts.device), default_augmentation(store) if opts.augment else None)
+                       resolve_device(opts.device), default_augmentation(store) if opts.augment else None,
+                       checkpoints)

@@ -7,7 +7,9 @@
 * ``best.pt``: the best checkpoint with the normalization statistics it was trained with;
 * ``curve.png``: training loss and validation metric per epoch.
 
-A model's ``prepare_store`` hook may add its own folder (``mlp-align``: ``aligned-store/``).
+A model's ``prepare_store`` hook may add its own folder (``mlp-align``: ``aligned-store/``). While
+a run is unfinished, ``checkpoints/`` holds its trainings' states (:mod:`dws.tasks.checkpoint`);
+it is removed once the run is written.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ def write_run(run: PreparedRun, outcome: dict, log=print) -> dict:
                 "stats": {k: [np.asarray(v[0]), np.asarray(v[1])] for k, v in run.data_store.stats().items()}},
                run_dir / "best.pt")
     plot_curves(metrics["history"], run.task.metric, run_dir / "curve.png")
+    if run.checkpoints is not None:
+        run.checkpoints.clear()  # the run is complete: nothing left to resume
     log(f"{run.opts.model} on {run.store.root.name} ({run.task.name}): test {run.task.metric} "
         f"{format_summary(outcome['summary'][run.task.metric], len(results))} -> {run_dir}")
     return {"run_dir": str(run_dir), **metrics}

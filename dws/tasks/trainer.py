@@ -8,6 +8,10 @@ inputs, and weights that moved during the epoch. Evaluated with them, DWSNet's v
 swings by 10 points from one epoch to the next. With a ``calibrate`` loader (un-augmented training
 networks) the statistics are re-estimated before every evaluation as an exact average over it
 ("precise BN"), and the checkpoint keeps them (docs/train.md).
+
+With a :class:`~dws.tasks.checkpoint.Checkpoint`, the loop saves its whole state after every epoch
+(model, optimizer, every loader's position, the random generators, its own bookkeeping) and, when
+the checkpoint holds a state, continues from it: the result equals an uninterrupted training's.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from tqdm import tqdm
 
 from dws.weightspace import WeightSpace
 
+from .checkpoint import Checkpoint
 from .objectives import Task
 
 Tensor = torch.Tensor
@@ -48,6 +53,7 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     state_dict: dict | None = None
     seconds: float = 0.0
+    description: dict | None = None  # the model's (name, parameter count), set by the protocol
 
 
 def _to(batch, device):
@@ -124,6 +130,7 @@ def train(
     augment: Callable[[WeightSpace], WeightSpace] | None = None,
     log: Callable[[str], None] | None = None,
     shard: tuple[int, int] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> TrainResult:
     """Train on ``loaders["train"]``, select on ``loaders["val"]``, report ``loaders["test"]``.
 
@@ -133,16 +140,30 @@ def train(
     ``shard=(rank, world)``: data-parallel worker ``rank`` of ``world`` (``model`` wrapped in DDP,
     see :mod:`dws.tasks.distributed`); it trains on its rows of every batch (:func:`shard_batch`,
     batches shorter than ``world`` are skipped) and records the whole batches' losses.
+
+    ``checkpoint``: saved after every epoch; a training it holds is continued after its last
+    completed epoch (``log`` says so). The loaders' positions are saved if they have a ``state_dict``.
     """
     torch.manual_seed(config.seed)
-    gen = torch.Generator().manual_seed(config.seed)
     device = config.device
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    best, best_state, best_epoch, history, stale = None, None, -1, [], 0
+    stateful = {"model": model, "optimizer": opt,
+                **{f"loader:{name}": loader for name, loader in loaders.items() if hasattr(loader, "state_dict")}}
+    # the loop's own state: epochs completed, the best so far, history, epochs without progress, time spent
+    done = {"epoch": 0, "best": None, "best_state": None, "best_epoch": -1, "history": [], "stale": 0, "seconds": 0.0}
+    saved = None if checkpoint is None else checkpoint.resume(stateful)
+    if saved is not None:
+        done = saved
+        if log is not None:
+            log(f"resuming {checkpoint.label} after epoch {done['epoch']} of {config.epochs}")
+    history = done["history"]
     t0 = time.perf_counter()
-    bar = tqdm(range(config.epochs), desc=f"train {task.name}", disable=not config.progress, dynamic_ncols=True)
+    bar = tqdm(range(done["epoch"], config.epochs), desc=f"train {task.name}", initial=done["epoch"],
+               total=config.epochs, disable=not config.progress, dynamic_ncols=True)
     for epoch in bar:
+        if config.patience is not None and done["stale"] >= config.patience:
+            break
         model.train()
         losses = []
         batches = tqdm(loaders["train"], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", leave=False,
@@ -171,15 +192,17 @@ def train(
             recalibrate_batchnorm(model, loaders["calibrate"], device)
         val = evaluate(model, task, loaders["val"], device, loaders.get("probe"))
         history.append({"epoch": epoch, "train_loss": float(np.mean(losses)), **{f"val_{k}": v for k, v in val.items()}})
+        best = done["best"]
         if task.better(val[task.metric], None if best is None else best[task.metric]):
-            best, best_epoch, stale = val, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
+            done.update(best=val, best_epoch=epoch, stale=0, best_state=copy.deepcopy(model.state_dict()))
         else:
-            stale += 1
+            done["stale"] += 1
+        done["epoch"] = epoch + 1
+        if checkpoint is not None:
+            checkpoint.save(stateful, {**done, "seconds": done["seconds"] + time.perf_counter() - t0})
         bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}", **{f"val_{task.metric}": f"{val[task.metric]:.4f}"})
-        if config.patience is not None and stale >= config.patience:
-            break
     bar.close()
-    model.load_state_dict(best_state)
+    model.load_state_dict(done["best_state"])
     test = evaluate(model, task, loaders["test"], device, loaders.get("probe"))
-    return TrainResult(best_epoch, best, test, history, best_state, time.perf_counter() - t0)
+    return TrainResult(done["best_epoch"], done["best"], test, history, done["best_state"],
+                       done["seconds"] + time.perf_counter() - t0)
