@@ -1,7 +1,13 @@
-"""``zoo train --workers 2``: Ray Train data-parallel training matches single-process training."""
+"""``zoo train --workers 2``: Ray Train data-parallel training matches single-process training, also
+when the run is killed mid-training and resumed."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +22,47 @@ from dws.weightspace import WeightSpace
 
 pytest.importorskip("ray.train.torch")
 
-COMMON = dict(model="dwsnet", epochs=2, lr=1e-3, batch_size=16, hidden_channels=8, bn=False, augment=True,
+COMMON = dict(model="dwsnet", epochs=3, lr=1e-3, batch_size=16, hidden_channels=8, bn=False, augment=True,
               progress=False)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (Linux ``/proc``): the driver, Ray's daemons, the workers."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def kill_data_parallel_run_mid_training(store, out: Path) -> int:
+    """Start ``zoo train --workers 2`` and SIGKILL all its processes at once (a lost node) after the
+    first epoch's checkpoint; the epoch it was saved after."""
+    command = [sys.executable, "-m", "cli", "train", str(store), "--out", str(out), "--epochs", str(COMMON["epochs"]),
+               "--lr", "1e-3", "--batch-size", "16", "--hidden-channels", "8", "--no-bn", "--workers", "2"]
+    run = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    saved = out / "checkpoints" / "lr0.001-seed0.pt"
+    while not saved.exists():
+        assert run.poll() is None, "the data-parallel run ended before it could be killed"
+        time.sleep(0.01)
+    for pid in process_tree(run.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    run.wait()
+    state = torch.load(saved, weights_only=False)
+    assert state["status"] == "training" and len(state["random"]) == 2  # both workers' generators
+    return state["values"]["epoch"]
 
 
 def test_shards_weight_to_the_whole_batch_mean():
@@ -32,15 +77,19 @@ def test_shards_weight_to_the_whole_batch_mean():
     assert shard_batch(batch.take(torch.arange(2)), 2, world) == (None, 0.0)
 
 
-def test_two_ray_workers_match_single_process_training(tiny_store, tmp_path):
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the run's processes in /proc")
+def test_two_ray_workers_killed_and_resumed_match_single_process_training(tiny_store, tmp_path):
     single = train_run(TrainOptions(store=str(tiny_store), out=str(tmp_path / "single"), **COMMON), log=lambda *_: None)
-    t0 = time.perf_counter()
-    dist = train_run(TrainOptions(store=str(tiny_store), out=str(tmp_path / "ddp"), workers=2, **COMMON),
-                     log=lambda *_: None)
-    seconds = time.perf_counter() - t0
-    print(f"2 Ray Train workers: {seconds:.0f} s")
-
     out = tmp_path / "ddp"
+    epoch = kill_data_parallel_run_mid_training(tiny_store, out)
+    t0 = time.perf_counter()
+    dist = train_run(TrainOptions(store=str(tiny_store), out=str(out), workers=2, **COMMON), log=lambda *_: None)
+    seconds = time.perf_counter() - t0
+    print(f"2 Ray Train workers, resumed after epoch {epoch}: {seconds:.0f} s")
+    if epoch < COMMON["epochs"]:
+        assert f"resuming lr 0.001, seed 0 after epoch {epoch} of {COMMON['epochs']}" in (out / "train.log").read_text()
+    assert not (out / "checkpoints").exists()
+
     for name in ("config.json", "metrics.json", "best.pt", "curve.png"):
         assert (out / name).stat().st_size > 0
     saved = json.loads((out / "metrics.json").read_text())

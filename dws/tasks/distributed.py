@@ -17,6 +17,11 @@ Not equivalent to single-process training: batch-norm statistics are per shard (
 DDP; ``SyncBatchNorm`` is refused by DDP on CPU, and the DWSNet's fused BN+ReLU does not go
 through ``nn.BatchNorm`` modules anyway), dropout masks, SSL's NT-Xent (negatives come from the
 shard only), and batches shorter than ``N`` rows, which are skipped.
+
+An interrupted run resumes like a single-process one (:mod:`dws.tasks.checkpoint`): rank 0 writes
+each training's checkpoint after every epoch (every rank's random generators gathered into it),
+every rank loads it on the rerun. The driver checks the settings and, with ``--restart``, discards
+the old checkpoints before any worker starts; the workers then only resume.
 """
 
 from __future__ import annotations
@@ -58,15 +63,16 @@ def _worker(config: dict) -> None:
             with open(log_path, "a") as f:
                 f.write(f"{line}\n")
 
-    def ddp_train(model, task, loaders, cfg):
+    def ddp_train(model, task, loaders, cfg, **kw):
         # some models leave parameters unused (the DWSNet's B2B / W2W ablations), which plain DDP refuses
         model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
-        result = train(model, task, loaders, replace(cfg, device=str(device), progress=False), shard=(rank, world))
+        result = train(model, task, loaders, replace(cfg, device=str(device), progress=False), shard=(rank, world),
+                       **kw)
         result.state_dict = {k.removeprefix("module."): v for k, v in result.state_dict.items()}
         return result
 
     run = prepare_run(replace(opts, progress=False), log)
-    outcome = fit_run(run, log, train_fn=ddp_train)
+    outcome = fit_run(run, log, train_fn=ddp_train, shard=(rank, world))
     if rank == 0:
         write_run(run, outcome, log)
 
@@ -78,14 +84,18 @@ def train_distributed(opts: TrainOptions, log=print) -> dict:
     # the workers' working directory is Ray's, not ours: absolute paths only
     run_dir = Path(opts.out or default_run_dir(opts)).resolve()
     opts = replace(opts, store=str(store_root(opts.store).resolve()), out=str(run_dir))
-    prepare_run(opts, log)  # refusals before anything is written; a derived store (mlp-align) made once
+    run = prepare_run(opts, log)  # refusals before anything is written; a derived store (mlp-align) made once
+    if not opts.resume:  # start over here, once: the workers only resume what the driver kept
+        run.checkpoints.clear()
+        opts = replace(opts, resume=True)
 
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    (run_dir / "train.log").unlink(missing_ok=True)
+    if not run.checkpoints.unfinished():  # a resumed run's worker log goes on
+        (run_dir / "train.log").unlink(missing_ok=True)
     (run_dir / "metrics.json").unlink(missing_ok=True)  # so a stale one is never mistaken for this run's
 
     use_gpu = torch.cuda.is_available()
