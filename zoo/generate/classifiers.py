@@ -192,13 +192,14 @@ class ClassifierRecipe(Recipe):
 
 def train_chunk(root: str, chunk: int, widths, schedule: TrainSchedule, runs: list[RunSettings],
                 data: ClassifierData, columns: dict[str, list], device: str = "cpu", threads: int | None = 1,
-                group: int | None = None) -> dict:
-    """Train ``runs`` and write their checkpoints as chunk ``chunk``."""
+                group: int | None = None, progress=None) -> dict:
+    """Train ``runs`` and write their checkpoints as chunk ``chunk`` (``progress(fraction)`` after
+    every step, in-process only)."""
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
     spec = MlpSpec(tuple(widths))
-    results = train_runs(spec, data, runs, schedule, device=device, group=group)
+    results = train_runs(spec, data, runs, schedule, device=device, group=group, progress=progress)
     params = {}
     for m in range(spec.num_layers):
         params[weight_name(m + 1)] = np.concatenate([r.weights[m] for r in results])

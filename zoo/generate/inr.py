@@ -125,8 +125,10 @@ def fit_chunk(
     device: str = "cpu",
     threads: int | None = 1,
     compile: bool = False,
+    progress=None,
 ) -> dict:
-    """Fit networks ``start .. start+len(targets)-1`` and write them as chunk ``chunk``."""
+    """Fit networks ``start .. start+len(targets)-1`` and write them as chunk ``chunk``
+    (``progress(fraction)`` after every step, in-process only)."""
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
@@ -138,7 +140,7 @@ def fit_chunk(
         coords = torch.as_tensor(coords)
     result = fit_batch(
         spec, coords.to(device), torch.as_tensor(targets), indices, seed, config,
-        peak=torch.as_tensor(peak), device=device, compile=compile,
+        peak=torch.as_tensor(peak), device=device, compile=compile, progress=progress,
     )
     params = {}
     for m in range(spec.num_layers):

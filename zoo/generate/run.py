@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
 from ..devices import resolve_device
 from ..options import require_at_least, require_positive
@@ -37,6 +36,7 @@ from ..store.writer import (
 from .chunk import chunk_moments
 from .executors import make_executor
 from .kinds import get_kind
+from .progress import GenerateProgress
 
 
 @dataclass
@@ -165,13 +165,20 @@ def _train_moments(executor, out, manifest, train_stop: int, normal_only: bool) 
 
 def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool):
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
-    bar = tqdm(total=manifest["num_networks"], initial=done, unit="net", desc=f"{recipe.verb} {manifest['kind']}",
-               disable=not progress, dynamic_ncols=True)
+    in_process = executor.name == "local"
+    bar = GenerateProgress(manifest["num_networks"], done, f"{recipe.verb} {manifest['kind']}", enabled=progress,
+                           chunks_left=len(todo), workers=None if in_process else getattr(executor, "workers", 1))
+
+    def job(chunk: int) -> dict:
+        kwargs = recipe.job(str(out), manifest, chunk, device)
+        if in_process and progress:  # a callable cannot travel to a Ray task; there the bar ticks instead
+            start, stop = chunk_bounds(manifest, chunk)
+            kwargs["progress"] = bar.reporter(chunk, stop - start)
+        return kwargs
+
     try:
-        jobs = (recipe.job(str(out), manifest, c, device) for c in todo)
-        for result in executor.map_unordered(recipe.work, jobs):
+        for result in executor.map_unordered(recipe.work, (job(c) for c in todo)):
             mark_chunks_complete(out, manifest, [result["chunk"]])
-            bar.update(result["networks"])
-            bar.set_postfix(recipe.postfix(result))
+            bar.chunk_written(result["chunk"], result["networks"], recipe.postfix(result))
     finally:
         bar.close()
