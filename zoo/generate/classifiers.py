@@ -50,7 +50,7 @@ class ClassifierRecipe(Recipe):
         self.schedule: TrainSchedule = replace(kind.schedule, **{k: v for k, v in overrides.items() if v is not None})
         self.diversity = Diversity() if opts.diversity else None
         self.spec = MlpSpec(kind.widths)
-        self.dataset = opts.dataset or kind.source
+        self.dataset = kind.check_dataset(opts.dataset)
         self.generation = {
             "kind": kind.name, "dataset": self.dataset, "limit": opts.limit, "seed": opts.seed,
             "chunk_size": opts.chunk_size, "train": self.schedule.to_manifest(),
@@ -106,13 +106,13 @@ class ClassifierRecipe(Recipe):
         for labels in (data.train_labels, data.test_labels):
             if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
                 raise DataError(f"{source.name}: labels outside 0..{num_classes - 1}")
-        counts = limited_counts(kind.runs, self.opts.limit)
+        counts = limited_counts(kind.splits, self.opts.limit)
         self.runs: list[RunSettings] = []
         first, splits, start = 0, {}, 0
         for split in SPLITS:
             self.runs += [draw_run(self.opts.seed, r, num_classes, kind.classes_per_run, schedule.lr, self.diversity)
                           for r in range(first, first + counts[split])]
-            first += kind.runs[split]
+            first += kind.splits[split]
         steps = [schedule.checkpoint_steps(schedule.total_steps(pool_size(data.train_labels, r.classes)))
                  for r in self.runs]
         per_run = {len(s) for s in steps}

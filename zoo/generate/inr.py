@@ -36,7 +36,7 @@ class InrRecipe(Recipe):
         self.kind, self.opts = kind, opts
         self.spec = SirenSpec(kind.widths, init=opts.init)
         self.fit = _fit_config(kind.fit, opts)
-        self.dataset = opts.dataset or kind.source
+        self.dataset = kind.check_dataset(opts.dataset)
         self.generation = {
             "kind": kind.name, "dataset": self.dataset, "limit": opts.limit, "views": opts.views,
             "seed": opts.seed, "chunk_size": opts.chunk_size, "fit": self.fit.to_manifest(),
@@ -58,7 +58,7 @@ class InrRecipe(Recipe):
         return stored
 
     def plan(self, source) -> Layout:
-        self.layout = build_plan(source, limit=self.opts.limit, views=self.opts.views)
+        self.layout = build_plan(source, limit=self.opts.limit, views=self.opts.views, proportions=self.kind.splits)
         self.coords = _coords(source)
         return Layout(
             num_networks=self.layout.num_networks, splits=self.layout.splits, chunk_size=self.opts.chunk_size,
