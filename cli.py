@@ -58,6 +58,7 @@ def _parse_limit(value: str | None):
 
 
 @click.group(cls=_ExpectedErrors)
+@click.version_option(package_name="weightzoo", prog_name="zoo", message="%(prog)s (weightzoo) %(version)s")
 def main():
     """Model zoos of small networks (Zarr v3 weight stores) and DWSNets over their weights."""
 
@@ -156,25 +157,28 @@ def _progress_of(out: str) -> str:
 @main.command()
 @click.argument("store", type=STORE)
 def info(store):
-    """Architecture, counts per split, PSNR (INR zoos) or test-accuracy (classifier zoos) percentiles, size on disk."""
-    from zoo.inspect import summary
-    from zoo.store import WeightStore
+    """Architecture, counts per split, PSNR (INR zoos) or test-accuracy (classifier zoos) percentiles, size on disk;
+    for a store still being generated (or interrupted), how far it got and what is left."""
+    from zoo.inspect import describe
 
-    click.echo(summary(WeightStore(store)))
+    click.echo(describe(store))
 
 
 @main.command()
 @click.argument("store", type=STORE)
-@click.option("--out", default="grid.png", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--count", default=8, show_default=True, help="Networks (INR zoos) or runs (classifier trajectories) to draw.")
+@click.option("--out", default="grid.png", show_default=True, type=click.Path(dir_okay=False),
+              help="Image file (.png, .pdf, .svg, ...) in an existing folder.")
+@click.option("--count", type=int, default=None,
+              help="Networks (INR zoos, default 8, in rows of 10) or runs (classifier trajectories, default 8) to "
+                   "draw, 1 to 100.")
 @click.option("--data-root", default=None, type=click.Path(), help="Where the source images are (to draw them too).")
 def show(store, out, count, data_root):
-    """Draw decoded INRs beside their source images, or a classifier zoo's accuracies (histogram per split;
+    """Draw decoded INRs above their source images, or a classifier zoo's accuracies (histogram per split;
     accuracy against step for trajectories, per class pair for pair zoos)."""
     from zoo.inspect import show as draw
     from zoo.store import WeightStore
 
-    click.echo(f"wrote {draw(WeightStore(store), Path(out), count, data_root)}")
+    click.echo(f"wrote {draw(WeightStore(store), Path(out), count, data_root, log=click.echo)}")
 
 
 @main.command()

@@ -496,6 +496,32 @@ def test_info_and_show(store, request, tmp_path):
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_show_says_what_it_draws_and_refuses_what_it_cannot(trajectory_store, pair_store, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "many.png"
+    shown = runner.invoke(main, ["show", str(trajectory_store), "--out", str(out), "--count", "50"])
+    assert shown.exit_code == 0, shown.output
+    assert "the store has 8 runs: drawing all of them, not 50" in shown.output and out.exists()
+    shown = runner.invoke(main, ["show", str(pair_store), "--out", str(tmp_path / "pairs.png"), "--count", "5"])
+    assert shown.exit_code == 0 and "--count does not apply" in shown.output, shown.output
+    for options, message in ((["--count", "0"], "between 1 and 100"),
+                             (["--out", str(tmp_path / "no" / "acc.png")], "does not exist")):
+        refused = runner.invoke(main, ["show", str(trajectory_store), "--out", str(tmp_path / "x.png"), *options])
+        assert refused.exit_code == 2 and message in refused.output, refused.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.png", "pairs.png"]
+
+
+def test_info_on_an_unfinished_classifier_store_summarizes_its_progress(trajectory_store, tmp_path):
+    from test_inspect import unfinish
+
+    store = unfinish(trajectory_store, tmp_path / "store", [0])
+    result = CliRunner().invoke(main, ["info", str(store)])
+    assert result.exit_code == 0, result.output
+    manifest = WeightStore(store, require_complete=False).manifest
+    assert f"1 of {manifest['num_chunks']} chunks written" in result.output
+    assert "test acc   p5" in result.output and "(networks written so far)" in result.output
+
+
 def test_training_reports_progress_through_training_and_testing(mnist_like):
     kind = KINDS["mnist-classifiers"]
     data = classifier_data(get_source("mnist", mnist_like, verify=False), kind.input_mean, kind.input_std)
