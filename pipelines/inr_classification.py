@@ -78,11 +78,11 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     scale = SCALES[scale_name]
     store = mnist_store(scale_name, out, workers, data_root, log)
     models = models or MODELS[scale_name]
-    results = {}
+    results, cells = {}, {}
     for model in models:
         metrics = train(store, out, model, "classify", log=log, progress=scale_name != "smoke", **scale.train)
-        results[model] = metrics["summary"]
-    rows = [[NAMES[m], PAPER[m], fmt(results[m], "accuracy", 100), f"`{m}`"] for m in models]
+        results[model], cells[model] = metrics["summary"], fmt(metrics, "accuracy", 100)
+    rows = [[NAMES[m], PAPER[m], cells[m], f"`{m}`"] for m in models]
     (out / "results.json").write_text(json.dumps(results, indent=2))
     return write_report(
         out / "report.md", f"INR classification (MNIST INRs), scale {scale_name}",

@@ -20,6 +20,7 @@ from torch import nn
 from dws.stream import WeightStoreLoader, inr_augmentation
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
+from zoo.options import MIN_SELECTION_NETWORKS
 from zoo.store import StoreError, WeightStore
 
 from .models import build_model, training_store
@@ -110,11 +111,21 @@ def check_store(store: WeightStore, task: Task, opts: TrainOptions) -> None:
                          f"lower --batch-size")
 
 
+def warn_small_val(store: WeightStore, opts: TrainOptions, log) -> None:
+    """One line when the val split is too small for what is chosen on it."""
+    start, stop = store.split_range("val")
+    if stop - start < MIN_SELECTION_NETWORKS:
+        chosen = "the learning rate and the best epoch are" if opts.lr is None else "the best epoch is"
+        log(f"warning: {chosen} chosen on {stop - start} val networks; {MIN_SELECTION_NETWORKS} or more give a choice "
+            f"worth making (zoo generate --limit train=N,val=N,test=N)")
+
+
 def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     """Check ``opts`` against the store and set the run up (see the module docstring)."""
     store = WeightStore(opts.store)
     task = get_task(opts.task, opts.target)
     check_store(store, task, opts)
+    warn_small_val(store, opts, log)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
     num_classes, out_features = task.num_classes(store), task.output_size(store)
     model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
