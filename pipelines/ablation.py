@@ -1,6 +1,6 @@
 """The paper's block ablation (MNIST INRs): DWSNet with only some of its blocks.
 
-    python -m pipelines.ablation --scale ci|full
+    python -m pipelines.ablation --scale ci|xl|full
 
 Variants: ``--blocks`` B2B, W2W, W2W+B2B, diagonal and all (the full DWSNet), same training.
 """

@@ -1,6 +1,6 @@
 """The paper's batch-norm / data-augmentation table (MNIST INRs): DWSNet with and without each.
 
-    python -m pipelines.bn_augmentation --scale ci|full
+    python -m pipelines.bn_augmentation --scale ci|xl|full
 """
 
 from __future__ import annotations

@@ -18,15 +18,25 @@ class Scale:
     train: dict  # TrainOptions overrides
 
 
+SCALE_HELP = {
+    "smoke": "seconds, for the tests",
+    "ci": "minutes on a 2-core CPU with offline real data",
+    "xl": "a paper-sized zoo from offline real data, for one GPU without internet",
+    "full": "the paper's protocol and data (GPU; --data-root)",
+}
+
+
 def parse_args(description: str, default_out: str, scales=("ci", "full")) -> argparse.Namespace:
+    """The options every pipeline takes; the help lists the pipeline's scales and every default."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", choices=scales, default="ci",
-                   help="ci: minutes on a 2-core CPU with offline real data; full: the paper's protocol (GPU); "
-                        "smoke: seconds, for the tests")
-    p.add_argument("--out", default=default_out, help="folder for stores, runs and the report")
+                   help="; ".join(f"{s}: {SCALE_HELP[s]}" for s in scales) + " (default: ci)")
+    p.add_argument("--out", default=default_out,
+                   help=f"folder for stores, runs and the report (default: {default_out})")
     p.add_argument("--data-root", default=None, help="data folder for --scale full (official files)")
-    p.add_argument("--workers", type=int, default=2, help="zoo generate workers (Ray)")
-    p.add_argument("--models", default=None, help="comma-separated subset of the models to train")
+    p.add_argument("--workers", type=int, default=2, help="zoo generate workers (Ray) (default: 2)")
+    p.add_argument("--models", default=None, help="comma-separated subset of the models to train (default: the "
+                                                  "scale's)")
     return p.parse_args()
 
 
@@ -46,9 +56,13 @@ def train(store: Path, out: Path, model: str, task: str, log=print, **options) -
     return train_run(TrainOptions(store=str(store), model=model, task=task, out=str(run_dir), **options), log=log)
 
 
-def fmt(summary: dict, metric: str, scale: float = 1.0) -> str:
-    s = summary[metric]
-    return f"{s['mean'] * scale:.2f} ± {s['std'] * scale:.2f}"
+def fmt(metrics: dict, metric: str, scale: float = 1.0, digits: int = 2) -> str:
+    """A report cell from :func:`train`'s metrics: ``mean ± std`` over the seeds, the mean alone for one
+    seed (a std over one seed is no spread)."""
+    s = metrics["summary"][metric]
+    if len(metrics["seeds"]) == 1:
+        return f"{s['mean'] * scale:.{digits}f}"
+    return f"{s['mean'] * scale:.{digits}f} ± {s['std'] * scale:.{digits}f}"
 
 
 def write_report(path: Path, title: str, header: list[str], rows: list[list[str]], notes: list[str]) -> Path:
@@ -68,7 +82,7 @@ def variant_table(store: Path, out: Path, title: str, scale_name: str, train_opt
         run_out = out / name.replace(" ", "").replace("+", "_")
         metrics = train(store, run_out, "dwsnet", "classify", log=log, progress=scale_name != "smoke",
                         **{**train_options, **overrides})
-        rows.append([name, paper[name], fmt(metrics["summary"], "accuracy", 100), f"{metrics['params']:,}"])
+        rows.append([name, paper[name], fmt(metrics, "accuracy", 100), f"{metrics['params']:,}"])
     return write_report(out / "report.md", f"{title}, scale {scale_name}",
                         ["variant", "paper (test acc. %)", "ours (test acc. %)", "# params"], rows,
                         [f"store: {store}", f"training: {train_options}"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import Scale, make_store, parse_args, train, write_report
+from .common import Scale, fmt, make_store, parse_args, train, write_report
 
 PAPER = {1: "67.06 ± 0.29", 2: "70.22 ± 0.38", 4: "70.31 ± 0.09", 6: "73.32 ± 0.11", 8: "74.87 ± 0.18",
          10: "75.12 ± 0.05"}
@@ -35,8 +35,7 @@ def run(scale_name: str, out: Path, workers: int, data_root=None, log=print) -> 
             gen["data_root"] = data_root
         store = make_store(out, f"{scale_name}-views{k}", log=log, **gen)
         metrics = train(store, out, "dwsnet", "classify", log=log, progress=scale_name != "smoke", **scale.train)
-        s = metrics["summary"]["accuracy"]
-        rows.append([str(k), PAPER.get(k, "–"), f"{s['mean'] * 100:.2f} ± {s['std'] * 100:.2f}"])
+        rows.append([str(k), PAPER.get(k, "–"), fmt(metrics, "accuracy", 100)])
     return write_report(
         out / "report.md", f"Multi-view INR classification, scale {scale_name}", ["# INRs per image", "paper (F-MNIST acc. %)", "ours (acc. %)"],
         rows, ["every split has K views per image; ci uses real MNIST (Fashion-MNIST files are not available offline)",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common import Scale, make_store, parse_args, train, write_report
+from .common import Scale, fmt, make_store, parse_args, train, write_report
 
 SCALES = {
     "smoke": Scale("smoke", dict(kind="sine-regression", limit=24, chunk_size=16, steps=20),
@@ -32,15 +32,15 @@ def run(scale_name: str, out: Path, workers: int, models=None, log=print) -> Pat
     store = make_store(out, f"{scale_name}-sine-regression", log=log, workers=workers, progress=False, **scale.generate)
     models = models or MODELS[scale_name]
     results: dict[str, dict[int, dict]] = {m: {} for m in models}
+    cells: dict[tuple[str, int], str] = {}
     for size in SIZES[scale_name]:
         for model in models:
             metrics = train(store, out / f"n{size}", model, "regress", log=log, train_limit=size, progress=False,
                             **scale.train)
-            results[model][size] = metrics["summary"]["mse"]
+            results[model][size], cells[model, size] = metrics["summary"]["mse"], fmt(metrics, "mse", digits=4)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     plot(results, out / "mse_vs_train_size.png")
-    rows = [[str(size)] + [f"{results[m][size]['mean']:.4f} ± {results[m][size]['std']:.4f}" for m in models]
-            for size in SIZES[scale_name]]
+    rows = [[str(size)] + [cells[m, size] for m in models] for size in SIZES[scale_name]]
     return write_report(
         out / "report.md", f"Sine frequency regression, scale {scale_name}", ["train INRs"] + list(models), rows,
         ["test MSE of the predicted frequency b (lower is better); figure: mse_vs_train_size.png",

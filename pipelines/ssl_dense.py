@@ -65,14 +65,14 @@ def run(scale_name: str, out: Path, workers: int, models=None, log=print) -> Pat
     scale = SCALES[scale_name]
     store = make_store(out, f"{scale_name}-sine-ssl", log=log, workers=workers, progress=False, **scale.generate)
     models = models or MODELS[scale_name]
-    results = {}
+    results, cells = {}, {}
     for model in models:
         metrics = train(store, out, model, "ssl", log=log, progress=False, **scale.train)
-        results[model] = metrics["summary"]
+        results[model], cells[model] = metrics["summary"], fmt(metrics, "probe_mse")
         z, y = embeddings(Path(metrics["run_dir"]), store)
         plot_tsne(z, y, out / f"tsne-{model}.png", f"{model}: t-SNE of test embeddings")
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    rows = [[m, PAPER[m], fmt(results[m], "probe_mse")] for m in models]
+    rows = [[m, PAPER[m], cells[m]] for m in models]
     return write_report(
         out / "report.md", f"Self-supervised dense representation (sine INRs), scale {scale_name}",
         ["model", "paper (linear-probe MSE)", "ours (linear-probe MSE)"], rows,

@@ -18,10 +18,11 @@ from cli import main
 from clf_helpers import synthetic_images, write_cifar_like, write_idx, write_mnist_like
 from generate_helpers import kill_after_chunks
 from zoo.fit.adam import MaskedAdam
+from zoo.generate.kinds import KINDS
 from zoo.generate.run import GenerateOptions, generate
-from zoo.sources import DataError
+from zoo.sources import DataError, get_source
 from zoo.store import StoreError, WeightStore
-from zoo.train.data import ClassifierData, batch_plan
+from zoo.train.data import ClassifierData, batch_plan, classifier_data
 from zoo.train.evaluate import predictions
 from zoo.train.mlp import ACTIVATIONS, MlpSpec, backward, forward_train, get_activation, init_params, logits
 from zoo.train.reference import parameters_of, train_one
@@ -493,3 +494,44 @@ def test_info_and_show(store, request, tmp_path):
     shown = runner.invoke(main, ["show", str(root), "--out", str(out), "--count", "3"])
     assert shown.exit_code == 0, shown.output
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_show_says_what_it_draws_and_refuses_what_it_cannot(trajectory_store, pair_store, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "many.png"
+    shown = runner.invoke(main, ["show", str(trajectory_store), "--out", str(out), "--count", "50"])
+    assert shown.exit_code == 0, shown.output
+    assert "the store has 8 runs: drawing all of them, not 50" in shown.output and out.exists()
+    shown = runner.invoke(main, ["show", str(pair_store), "--out", str(tmp_path / "pairs.png"), "--count", "5"])
+    assert shown.exit_code == 0 and "--count does not apply" in shown.output, shown.output
+    for options, message in ((["--count", "0"], "between 1 and 100"),
+                             (["--out", str(tmp_path / "no" / "acc.png")], "does not exist")):
+        refused = runner.invoke(main, ["show", str(trajectory_store), "--out", str(tmp_path / "x.png"), *options])
+        assert refused.exit_code == 2 and message in refused.output, refused.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.png", "pairs.png"]
+
+
+def test_info_on_an_unfinished_classifier_store_summarizes_its_progress(trajectory_store, tmp_path):
+    from test_inspect import unfinish
+
+    store = unfinish(trajectory_store, tmp_path / "store", [0])
+    result = CliRunner().invoke(main, ["info", str(store)])
+    assert result.exit_code == 0, result.output
+    manifest = WeightStore(store, require_complete=False).manifest
+    assert f"1 of {manifest['num_chunks']} chunks written" in result.output
+    assert "test acc   p5" in result.output and "(networks written so far)" in result.output
+
+
+def test_training_reports_progress_through_training_and_testing(mnist_like):
+    kind = KINDS["mnist-classifiers"]
+    data = classifier_data(get_source("mnist", mnist_like, verify=False), kind.input_mean, kind.input_std)
+    runs = [draw_run(0, r, 10, 10, 5e-3, None) for r in range(3)]
+    schedule = TrainSchedule(epochs=1, batch_size=64, lr=5e-3, steps=6, checkpoint_every=2)
+    reports = []
+    results = train_runs(MlpSpec(kind.widths), data, runs, schedule, group=2, progress=reports.append)
+    assert np.all(np.diff(reports) >= 0) and reports[-1] == pytest.approx(1.0)
+    assert len(reports) == 2 * 6 + 3  # every step of the two groups, every run tested
+    assert 0 < reports[0] < reports[6 + 6 - 1] < 1  # the testing is part of the work
+    quiet = train_runs(MlpSpec(kind.widths), data, runs, schedule, group=2)
+    for a, b in zip(results, quiet):
+        np.testing.assert_array_equal(a.weights[0], b.weights[0])

@@ -203,3 +203,40 @@ def test_interrupted_generate_says_what_is_kept_and_how_to_resume(tmp_path, monk
     monkeypatch.undo()
     result = CliRunner().invoke(main, args)  # the rerun finishes the store
     assert result.exit_code == 0 and "complete" in result.output, result.output
+
+
+def test_train_warns_in_one_line_when_the_val_split_is_too_small_to_select_on(tiny_store, tmp_path):
+    from dws.tasks.options import TrainOptions
+    from dws.tasks.prepare import prepare_run
+    from zoo.store import WeightStore
+
+    val = WeightStore(tiny_store).manifest["splits"]["val"]["count"]
+    assert val < 50
+    for lr, chosen in ((None, "the learning rate and the best epoch are"), (1e-3, "the best epoch is")):
+        logs = []
+        prepare_run(TrainOptions(store=str(tiny_store), model="mlp", lr=lr, out=str(tmp_path / "run")),
+                    log=logs.append)
+        warnings = [line for line in logs if line.startswith("warning")]
+        assert warnings == [f"warning: {chosen} chosen on {val} val networks; 50 or more give a choice worth "
+                            f"making (zoo generate --limit train=N,val=N,test=N)"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_pipeline_reports_give_no_spread_for_one_seed():
+    from pipelines.common import fmt
+
+    one = {"summary": {"accuracy": {"mean": 0.5, "std": 0.0}}, "seeds": [0]}
+    three = {"summary": {"accuracy": {"mean": 0.5, "std": 0.01}}, "seeds": [0, 1, 2]}
+    assert fmt(one, "accuracy", 100) == "50.00"
+    assert fmt(three, "accuracy", 100) == "50.00 ± 1.00"
+
+
+def test_pipeline_help_lists_every_scale_and_default():
+    import subprocess
+    import sys
+
+    text = subprocess.run([sys.executable, "-m", "pipelines.inr_classification", "--help"], capture_output=True,
+                          text=True, check=True).stdout
+    text = " ".join(text.split())
+    assert "xl: a paper-sized zoo" in text and "(default: ci)" in text and "(default: 2)" in text
+    assert "(default: results/inr-classification)" in text

@@ -80,6 +80,26 @@ def test_early_stopped_networks_freeze_at_the_threshold():
     np.testing.assert_allclose(res.weights[1][k], w[1].numpy(), atol=1e-4)
 
 
+def test_progress_counts_stopped_networks_as_done_and_changes_nothing():
+    """``progress`` gets the share of the work after every step, per group; early-stopped networks
+    count as done, so the share jumps when they stop; the networks are those fitted without it."""
+    spec = SirenSpec((2, 16, 16, 1))
+    grid = Grid2D.square(10)
+    targets = images(6, size=10)
+    targets[:2] = 0.5  # stop almost at once
+    cfg = FitConfig(steps=300, lr=1e-3, psnr_stop=30.0)
+    reports = []
+    res = fit_batch(spec, grid, targets, range(6), 0, cfg, group=3, progress=reports.append)
+    assert np.all(np.diff(reports) >= 0) and 0 < reports[0] and reports[-1] <= 1
+    assert len(reports) <= 2 * cfg.steps and reports[-1] == pytest.approx(1.0)  # the last group ran to the end
+    assert res.steps[:2].max() < cfg.steps / 4
+    assert np.diff(reports).max() > 0.1  # a constant image stopped early: the rest of its steps at once
+    quiet = fit_batch(spec, grid, targets, range(6), 0, cfg, group=3)
+    for m in range(spec.num_layers):
+        np.testing.assert_array_equal(res.weights[m], quiet.weights[m])
+    np.testing.assert_array_equal(res.steps, quiet.steps)
+
+
 def test_network_depends_only_on_seed_and_index():
     spec = SirenSpec((2, 16, 16, 1))
     grid = Grid2D.square(8)

@@ -2,6 +2,7 @@
 
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -128,3 +129,43 @@ def test_unknown_kind_and_missing_data_are_clear(tmp_path):
     with pytest.raises(DataError):
         generate(GenerateOptions(kind="mnist-inr", out=str(tmp_path / "y"), data_root=str(tmp_path)))
     assert not (tmp_path / "y").exists()  # nothing half-made
+
+
+def test_progress_bar_moves_within_a_chunk_in_process(tmp_path, monkeypatch):
+    """In-process chunks report every fitting step, so a one-chunk zoo does not sit at 0% until it
+    is written; the bar ends at the number of networks."""
+    from zoo.generate import progress
+
+    seen = []
+    original = progress.GenerateProgress.reporter
+
+    def recording(self, chunk, networks):
+        report = original(self, chunk, networks)
+        return lambda fraction: (report(fraction), seen.append(self.bar.n))
+
+    monkeypatch.setattr(progress.GenerateProgress, "reporter", recording)
+    generate(GenerateOptions(out=str(tmp_path / "s"), **{**SMALL, "limit": 16, "chunk_size": 16, "progress": True}),
+             log=lambda *_: None)
+    assert len(set(seen)) > 5 and max(seen) <= 15 and seen == sorted(seen)
+
+
+def test_progress_accounting_and_the_ticker_while_workers_say_nothing():
+    from zoo.generate.progress import GenerateProgress
+
+    bar = GenerateProgress(total=30, done=10, desc="t", enabled=True, chunks_left=2)
+    report = bar.reporter(chunk=1, networks=10)
+    for fraction in (0.25, 0.2, 0.55, 1.0):
+        report(fraction)
+    assert bar.bar.n == 10 + 9  # never backwards, never the whole chunk before it is written
+    bar.chunk_written(1, 10, {"psnr": "30dB"})
+    bar.chunk_written(2, 10, {})
+    assert bar.bar.n == 30
+    bar.close()
+    ticking = GenerateProgress(total=4, done=0, desc="t", enabled=True, chunks_left=3, workers=2, tick_seconds=0.01)
+    try:
+        deadline = time.time() + 5
+        while "running" not in (ticking.bar.postfix or "") and time.time() < deadline:
+            time.sleep(0.01)
+        assert "running=2 chunk(s)" in ticking.bar.postfix
+    finally:
+        ticking.close()

@@ -4,6 +4,10 @@ settings than the interrupted work's is refused with every difference named."""
 
 from __future__ import annotations
 
+# A val split of fewer networks chooses a learning rate or a best epoch mostly by chance: `zoo
+# generate` warns when it plans one, `zoo train` when it chooses on one.
+MIN_SELECTION_NETWORKS = 50
+
 
 def require_at_least(bounds: dict[str, tuple[float | None, float]]) -> None:
     """``{flag: (value, least)}``: ValueError for the first value below its bound (None: unset)."""

@@ -22,6 +22,7 @@ from torch import nn
 from dws.stream import WeightStoreLoader, inr_augmentation
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
+from zoo.options import MIN_SELECTION_NETWORKS
 from zoo.store import StoreError, WeightStore
 
 from .checkpoint import RunCheckpoints
@@ -133,11 +134,21 @@ def resume_settings(opts: TrainOptions, store: WeightStore) -> dict:
     return {"STORE": str(store.root.resolve()), "STORE created": store.manifest.get("created"), **settings}
 
 
+def warn_small_val(store: WeightStore, opts: TrainOptions, log) -> None:
+    """One line when the val split is too small for what is chosen on it."""
+    start, stop = store.split_range("val")
+    if stop - start < MIN_SELECTION_NETWORKS:
+        chosen = "the learning rate and the best epoch are" if opts.lr is None else "the best epoch is"
+        log(f"warning: {chosen} chosen on {stop - start} val networks; {MIN_SELECTION_NETWORKS} or more give a choice "
+            f"worth making (zoo generate --limit train=N,val=N,test=N)")
+
+
 def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     """Check ``opts`` against the store and set the run up (see the module docstring)."""
     store = WeightStore(opts.store)
     task = get_task(opts.task, opts.target)
     check_store(store, task, opts)
+    warn_small_val(store, opts, log)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
     checkpoints = RunCheckpoints(run_dir, resume_settings(opts, store), opts.resume)
     checkpoints.check()

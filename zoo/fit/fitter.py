@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -71,6 +71,7 @@ def fit_batch(
     device: str | torch.device = "cpu",
     group: int | None = None,
     compile: bool = False,
+    progress: Callable[[float], None] | None = None,
 ) -> FitResult:
     """Fit ``len(indices)`` networks; network k fits ``targets[k]`` ([P, d_M]) on ``coords``.
 
@@ -78,16 +79,22 @@ def fit_batch(
     they alone decide the initialization. Networks are fitted ``group`` at a time (default: 32 on
     a CPU, where larger groups fall out of cache; all at once on a GPU); the grouping changes
     nothing but speed, since every network's loss and optimizer are its own. ``compile`` runs the
-    step through ``torch.compile``: faster, equal up to float rounding.
+    step through ``torch.compile``: faster, equal up to float rounding. ``progress(fraction)`` is
+    called after every step with the share of the work done (a network that stopped early counts as
+    done).
     """
     K = len(indices)
     peak = torch.as_tensor(peak, dtype=torch.float32).expand(K).clone()
     if group is None:
         group = CPU_GROUP if torch.device(device).type == "cpu" else K
+
+    def part_progress(start: int):  # networks done in the part starting at ``start`` -> share of all K
+        return None if progress is None else (lambda done: progress((start + done) / K))
+
     if K > group:
         parts = [
             _fit_group(spec, coords, targets[s : s + group], indices[s : s + group], seed, config,
-                       peak[s : s + group], device, compile)
+                       peak[s : s + group], device, compile, part_progress(s))
             for s in range(0, K, group)
         ]
         return FitResult(
@@ -98,10 +105,13 @@ def fit_batch(
             steps=np.concatenate([p.steps for p in parts]),
             implementation=parts[0].implementation,
         )
-    return _fit_group(spec, coords, targets, indices, seed, config, peak, device, compile)
+    return _fit_group(spec, coords, targets, indices, seed, config, peak, device, compile, part_progress(0))
 
 
-def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compile=False) -> FitResult:
+def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compile=False,
+               progress=None) -> FitResult:
+    """``progress(networks done)``, after every step: the stopped ones, and the share of the
+    schedule the others went through."""
     K = len(indices)
     if targets.shape[0] != K:
         raise ValueError(f"{K} networks but {targets.shape[0]} targets")
@@ -119,6 +129,7 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
     frozen = torch.zeros(K, dtype=torch.bool, device=device)
     opt = MaskedAdam(weights + biases, lr=config.lr)
     L = spec.num_layers
+    stopped = 0  # networks frozen by the early stop so far
 
     def write_back(rows: Tensor, positions: Tensor) -> None:
         for m in range(L):
@@ -141,9 +152,14 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
             if bool(newly.any()):
                 steps_taken[working[newly]] = step
                 frozen |= newly
+                stopped += int(newly.sum())
                 if bool(frozen.all()):
+                    if progress is not None:
+                        progress(K)
                     break
         opt.step(grad_w + grad_b, active=None if not bool(frozen.any()) else ~frozen)
+        if progress is not None:
+            progress(stopped + (K - stopped) * (step + 1) / config.steps)
         if bool(frozen.any()) and (~frozen).float().mean() < config.compact_below:
             done_rows = frozen.nonzero().squeeze(1)
             write_back(done_rows, working[done_rows])

@@ -50,7 +50,7 @@ class ClassifierRecipe(Recipe):
         self.schedule: TrainSchedule = replace(kind.schedule, **{k: v for k, v in overrides.items() if v is not None})
         self.diversity = Diversity() if opts.diversity else None
         self.spec = MlpSpec(kind.widths)
-        self.dataset = opts.dataset or kind.source
+        self.dataset = kind.check_dataset(opts.dataset)
         self.generation = {
             "kind": kind.name, "dataset": self.dataset, "limit": opts.limit, "seed": opts.seed,
             "chunk_size": opts.chunk_size, "train": self.schedule.to_manifest(),
@@ -106,13 +106,13 @@ class ClassifierRecipe(Recipe):
         for labels in (data.train_labels, data.test_labels):
             if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
                 raise DataError(f"{source.name}: labels outside 0..{num_classes - 1}")
-        counts = limited_counts(kind.runs, self.opts.limit)
+        counts = limited_counts(kind.splits, self.opts.limit)
         self.runs: list[RunSettings] = []
         first, splits, start = 0, {}, 0
         for split in SPLITS:
             self.runs += [draw_run(self.opts.seed, r, num_classes, kind.classes_per_run, schedule.lr, self.diversity)
                           for r in range(first, first + counts[split])]
-            first += kind.runs[split]
+            first += kind.splits[split]
         steps = [schedule.checkpoint_steps(schedule.total_steps(pool_size(data.train_labels, r.classes)))
                  for r in self.runs]
         per_run = {len(s) for s in steps}
@@ -192,13 +192,14 @@ class ClassifierRecipe(Recipe):
 
 def train_chunk(root: str, chunk: int, widths, schedule: TrainSchedule, runs: list[RunSettings],
                 data: ClassifierData, columns: dict[str, list], device: str = "cpu", threads: int | None = 1,
-                group: int | None = None) -> dict:
-    """Train ``runs`` and write their checkpoints as chunk ``chunk``."""
+                group: int | None = None, progress=None) -> dict:
+    """Train ``runs`` and write their checkpoints as chunk ``chunk`` (``progress(fraction)`` after
+    every step, in-process only)."""
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
     spec = MlpSpec(tuple(widths))
-    results = train_runs(spec, data, runs, schedule, device=device, group=group)
+    results = train_runs(spec, data, runs, schedule, device=device, group=group, progress=progress)
     params = {}
     for m in range(spec.num_layers):
         params[weight_name(m + 1)] = np.concatenate([r.weights[m] for r in results])

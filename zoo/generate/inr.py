@@ -36,7 +36,7 @@ class InrRecipe(Recipe):
         self.kind, self.opts = kind, opts
         self.spec = SirenSpec(kind.widths, init=opts.init)
         self.fit = _fit_config(kind.fit, opts)
-        self.dataset = opts.dataset or kind.source
+        self.dataset = kind.check_dataset(opts.dataset)
         self.generation = {
             "kind": kind.name, "dataset": self.dataset, "limit": opts.limit, "views": opts.views,
             "seed": opts.seed, "chunk_size": opts.chunk_size, "fit": self.fit.to_manifest(),
@@ -58,7 +58,7 @@ class InrRecipe(Recipe):
         return stored
 
     def plan(self, source) -> Layout:
-        self.layout = build_plan(source, limit=self.opts.limit, views=self.opts.views)
+        self.layout = build_plan(source, limit=self.opts.limit, views=self.opts.views, proportions=self.kind.splits)
         self.coords = _coords(source)
         return Layout(
             num_networks=self.layout.num_networks, splits=self.layout.splits, chunk_size=self.opts.chunk_size,
@@ -125,8 +125,10 @@ def fit_chunk(
     device: str = "cpu",
     threads: int | None = 1,
     compile: bool = False,
+    progress=None,
 ) -> dict:
-    """Fit networks ``start .. start+len(targets)-1`` and write them as chunk ``chunk``."""
+    """Fit networks ``start .. start+len(targets)-1`` and write them as chunk ``chunk``
+    (``progress(fraction)`` after every step, in-process only)."""
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
@@ -138,7 +140,7 @@ def fit_chunk(
         coords = torch.as_tensor(coords)
     result = fit_batch(
         spec, coords.to(device), torch.as_tensor(targets), indices, seed, config,
-        peak=torch.as_tensor(peak), device=device, compile=compile,
+        peak=torch.as_tensor(peak), device=device, compile=compile, progress=progress,
     )
     params = {}
     for m in range(spec.num_layers):

@@ -1,8 +1,10 @@
 """Which network gets which index: the fixed order every worker and every rerun agrees on.
 
 Networks are laid out split by split (train, val, test), item by item within a split, and view by
-view within an item. ``--limit`` keeps a subset of each split, in the splits' proportions, chosen
-by a fixed permutation (:func:`subset`) so that a subset of a file sorted by class stays balanced.
+view within an item. ``--limit`` keeps a subset of each split (:func:`limited_counts`: ``N`` in the
+proportions of the kind's paper zoo, so that a small zoo still has a validation split worth
+selecting on; ``split=k,...`` exactly the splits named), chosen by a fixed permutation
+(:func:`subset`) so that a subset of a file sorted by class stays balanced.
 """
 
 from __future__ import annotations
@@ -29,29 +31,47 @@ class Plan:
         return len(self.item_row)
 
 
-def limited_counts(sizes: dict[str, int], limit: int | dict[str, int] | None) -> dict[str, int]:
-    """At most ``limit`` items in total, keeping the splits' proportions (every non-empty split >= 1).
+def limited_counts(sizes: dict[str, int], limit: int | dict[str, int] | None,
+                   proportions: dict[str, int] | None = None) -> dict[str, int]:
+    """How many of each split's ``sizes`` items ``--limit`` keeps.
 
-    A dict limits each split on its own (``{"test": 2000}`` keeps train and val whole).
+    ``N``: N items in all, in ``proportions`` (the kind's paper zoo; default: the sizes themselves):
+    each split keeps ``floor(N * its share)`` and at least one, the largest split the remainder; a
+    split with fewer items than its share keeps all of them and the others share the rest.
+    ``{split: k}``: at most k items of each split named, none of the splits not named.
     """
     if isinstance(limit, dict):
         unknown = set(limit) - set(sizes)
         if unknown:
             raise ValueError(f"--limit names unknown split(s) {sorted(unknown)}; splits are {list(sizes)}")
-        return {s: min(n, limit.get(s, n)) for s, n in sizes.items()}
-    total = sum(sizes.values())
-    if limit is None or limit >= total:
+        return {s: min(n, limit.get(s, 0)) for s, n in sizes.items()}
+    if limit is None or limit >= sum(sizes.values()):
         return dict(sizes)
-    if limit < sum(1 for n in sizes.values() if n):
+    open_ = [s for s, n in sizes.items() if n]
+    if limit < len(open_):
         raise ValueError(f"--limit {limit} is smaller than the number of splits")
-    counts = {s: max(1, int(np.floor(n * limit / total))) if n else 0 for s, n in sizes.items()}
-    largest = max(sizes, key=sizes.get)
-    counts[largest] += limit - sum(counts.values())
+    weight = {s: (proportions or sizes)[s] for s in open_}
+    counts, left = {s: 0 for s in sizes}, limit
+    while True:
+        share = {s: left * weight[s] / sum(weight[t] for t in open_) for s in open_}
+        full = [s for s in open_ if share[s] >= sizes[s]]
+        if not full:
+            break
+        for s in full:  # keeps everything; the others share what is left
+            counts[s], left = sizes[s], left - sizes[s]
+            open_.remove(s)
+    for s in open_:
+        counts[s] = max(1, int(share[s]))
+    for s in sorted(open_, key=weight.get, reverse=True):  # the remainder, largest split first
+        counts[s] += min(limit - sum(counts.values()), sizes[s] - counts[s])
     return counts
 
 
-LIMIT_RULE = ("per split: sorted(numpy.random.default_rng(0).permutation(n)[:k]) "
-              "for k of the split's n items (all items when not limited)")
+LIMIT_RULE = ("per split: sorted(numpy.random.default_rng(0).permutation(n)[:k]) for k of the split's n items "
+              "(all items when not limited); --limit N: k = max(1, floor(N * the split's share of the kind's paper "
+              "zoo)), the largest split taking the remainder, a split with fewer items than its share keeping all "
+              "of them and the others sharing the rest; --limit split=k,...: k of each split named, none of the "
+              "others")
 
 
 def subset(n: int, k: int) -> np.ndarray:
@@ -61,11 +81,13 @@ def subset(n: int, k: int) -> np.ndarray:
     return np.sort(np.random.default_rng(0).permutation(n)[:k])
 
 
-def build_plan(source: Source, limit: int | dict[str, int] | None = None, views: int = 1) -> Plan:
+def build_plan(source: Source, limit: int | dict[str, int] | None = None, views: int = 1,
+               proportions: dict[str, int] | None = None) -> Plan:
+    """The networks of a zoo of ``source``: ``limit`` and ``proportions`` as in :func:`limited_counts`."""
     if views < 1:
         raise ValueError("--views must be at least 1")
     data = {s: source.split(s) for s in SPLITS}
-    counts = limited_counts({s: len(d) for s, d in data.items()}, limit)
+    counts = limited_counts({s: len(d) for s, d in data.items()}, limit, proportions)
     cols: dict[str, list] = {k: [] for k in ("split", "source_item", "view", "label", "amplitude", "frequency")}
     targets, splits, start, item_base = [], {}, 0, 0
     for split in SPLITS:

@@ -15,12 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
 from ..devices import resolve_device
-from ..options import require_at_least, require_positive, settings_diff
+from ..options import MIN_SELECTION_NETWORKS, require_at_least, require_positive, settings_diff
 from ..sources import get_source
-from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
+from ..store.format import MANIFEST, SPLITS, STATUS_COMPLETE, StoreError
 from ..store.location import require_local
 from ..store.manifest import read_manifest
 from ..store.reader import WeightStore
@@ -36,7 +35,8 @@ from ..store.writer import (
 )
 from .chunk import chunk_moments
 from .executors import make_executor
-from .kinds import get_kind
+from .kinds import KINDS, get_kind
+from .progress import GenerateProgress
 
 
 @dataclass
@@ -82,20 +82,41 @@ def check_options(opts: GenerateOptions) -> None:
             raise ValueError(f"--limit: a split's count cannot be negative ({negative})")
         if not any(opts.limit.values()):
             raise ValueError("--limit keeps no networks at all")
+        if not opts.limit.get("train"):
+            raise ValueError("--limit keeps no train networks (a split it does not name keeps none), and a store "
+                             "normalizes with its train networks' statistics: name train=N")
     elif opts.limit is not None and opts.limit < 1:
         raise ValueError(f"--limit must be at least 1, got {opts.limit}")
+    if opts.use_ray is False and (opts.workers > 1 or opts.address is not None):
+        given = f"--workers {opts.workers}" if opts.workers > 1 else f"--address {opts.address}"
+        raise ValueError(f"{given} asks for Ray, --no-ray for this process alone: drop one of them")
     resolve_device(opts.device)
+
+
+def refuse_unmakeable(out, manifest: dict) -> None:
+    """StoreError for an unfinished store whose kind cannot be made from its data set: older versions
+    created one before the fit crashed on the mismatch, and no rerun can finish it."""
+    generation = manifest.get("generation") or {}
+    kind, dataset = KINDS.get(generation.get("kind")), generation.get("dataset")
+    if manifest.get("status") == STATUS_COMPLETE or kind is None or dataset is None or dataset in kind.datasets:
+        return
+    raise StoreError(f"{out} is an unfinished {kind.name} store of --dataset {dataset}, which {kind.name} cannot be "
+                     f"made from (an older version started it, then the fit failed); nothing in it can be kept: "
+                     f"delete the folder ({out}) and start over; {kind.name} takes --dataset "
+                     f"{', '.join(kind.datasets)}")
 
 
 def generate(opts: GenerateOptions, log=print) -> dict:
     """Create or resume the store at ``opts.out``; returns its final manifest."""
     kind = get_kind(opts.kind)
-    check_options(opts)
-    recipe = kind.recipe(opts)
     out = require_local(opts.out, "generate into")
     resuming = (out / MANIFEST).exists()
     if resuming:
         manifest = read_manifest(out)
+        refuse_unmakeable(out, manifest)
+    check_options(opts)
+    recipe = kind.recipe(opts)
+    if resuming:
         asked = recipe.settings()
         stored = recipe.stored_settings({key: manifest.get(key) for key in asked})
         if stored != asked:
@@ -104,24 +125,24 @@ def generate(opts: GenerateOptions, log=print) -> dict:
                 f"{out} was generated with different settings:\n  {differences}\n"
                 f"use another --out, or rerun with the store's settings to resume it"
             )
-        if manifest["status"] == STATUS_COMPLETE:
-            damaged = WeightStore(out, check_chunks=False).damaged_chunks()
-            if not damaged:
-                log(f"{out} is already complete ({manifest['num_networks']} networks)")
-                return manifest
+        damaged = WeightStore(out, check_chunks=False).damaged_chunks() if manifest["status"] == STATUS_COMPLETE \
+            else None
+        if damaged == {}:
+            log(f"{out} is already complete ({manifest['num_networks']} networks)")
+            return manifest
+
+    source = get_source(recipe.dataset, root=opts.data_root, download=opts.download, **(opts.source_options or {}))
+    layout = recipe.plan(source)
+    if not resuming:
+        warn_small_splits(layout.splits, log)
+        manifest = create_store(out, widths=kind.widths, num_networks=layout.num_networks,
+                                chunk_size=layout.chunk_size, splits=layout.splits, metadata=layout.metadata)
+    else:
+        check_same_splits(out, manifest, layout)
+        if damaged:
             log(f"{out} is complete but {len(damaged)} chunk(s) have missing or truncated files "
                 f"({'; '.join(f'chunk {c}: {why}' for c, why in list(damaged.items())[:3])}); re{recipe.verb} them")
             manifest = reopen_chunks(out, manifest, damaged)
-
-    dataset = opts.dataset or kind.source
-    source = get_source(dataset, root=opts.data_root, download=opts.download, **(opts.source_options or {}))
-    layout = recipe.plan(source)
-    if not resuming:
-        manifest = create_store(out, widths=kind.widths, num_networks=layout.num_networks,
-                                chunk_size=layout.chunk_size, splits=layout.splits, metadata=layout.metadata)
-    elif manifest["num_networks"] != layout.num_networks:
-        raise StoreError(f"{out}: the data now yields {layout.num_networks} networks, the store has "
-                         f"{manifest['num_networks']}; did the data files change?")
 
     device = resolve_device(opts.device)
     todo = missing_chunks(manifest)
@@ -144,6 +165,33 @@ def generate(opts: GenerateOptions, log=print) -> dict:
     return manifest
 
 
+def _split_counts(splits: dict) -> str:
+    return " / ".join(f"{s} {splits[s]['count']}" for s in SPLITS)
+
+
+def check_same_splits(out, manifest: dict, layout) -> None:
+    """StoreError unless a resumed store's splits are those the data and options give now."""
+    if manifest["num_networks"] == layout.num_networks and all(
+            manifest["splits"][s]["count"] == layout.splits[s]["count"] for s in SPLITS):
+        return
+    raise StoreError(f"{out} has {_split_counts(manifest['splits'])} networks, the same command now plans "
+                     f"{_split_counts(layout.splits)}: the data files changed, or an older version made the store "
+                     f"with its --limit rules (docs: a --limit split=N list keeps none of the splits it omits; "
+                     f"--limit N follows the kind's paper splits); use another --out")
+
+
+def warn_small_splits(splits: dict, log) -> None:
+    """A line for a val split too small to select on, or a split left empty (the store is still made)."""
+    empty = [s for s in SPLITS if splits[s]["count"] == 0]
+    if empty:
+        log(f"warning: no {' or '.join(empty)} networks ({_split_counts(splits)}): zoo train needs networks in "
+            f"every split")
+    elif splits["val"]["count"] < MIN_SELECTION_NETWORKS:
+        log(f"warning: the val split has only {splits['val']['count']} networks ({_split_counts(splits)}): zoo train "
+            f"chooses its learning rate and best epoch on them; {MIN_SELECTION_NETWORKS} or more are better "
+            f"(a larger --limit, or --limit train=N,val=N,test=N)")
+
+
 def _train_moments(executor, out, manifest, train_stop: int, normal_only: bool) -> Moments:
     moments = Moments.of({n: np.zeros((0, *s)) for n, s in manifest["parameters"].items()})
     jobs = [{"root": str(out), "chunk": c, "train_stop": train_stop, "normal_only": normal_only}
@@ -155,13 +203,20 @@ def _train_moments(executor, out, manifest, train_stop: int, normal_only: bool) 
 
 def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool):
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
-    bar = tqdm(total=manifest["num_networks"], initial=done, unit="net", desc=f"{recipe.verb} {manifest['kind']}",
-               disable=not progress, dynamic_ncols=True)
+    in_process = executor.name == "local"
+    bar = GenerateProgress(manifest["num_networks"], done, f"{recipe.verb} {manifest['kind']}", enabled=progress,
+                           chunks_left=len(todo), workers=None if in_process else getattr(executor, "workers", 1))
+
+    def job(chunk: int) -> dict:
+        kwargs = recipe.job(str(out), manifest, chunk, device)
+        if in_process and progress:  # a callable cannot travel to a Ray task; there the bar ticks instead
+            start, stop = chunk_bounds(manifest, chunk)
+            kwargs["progress"] = bar.reporter(chunk, stop - start)
+        return kwargs
+
     try:
-        jobs = (recipe.job(str(out), manifest, c, device) for c in todo)
-        for result in executor.map_unordered(recipe.work, jobs):
+        for result in executor.map_unordered(recipe.work, (job(c) for c in todo)):
             mark_chunks_complete(out, manifest, [result["chunk"]])
-            bar.update(result["networks"])
-            bar.set_postfix(recipe.postfix(result))
+            bar.chunk_written(result["chunk"], result["networks"], recipe.postfix(result))
     finally:
         bar.close()

@@ -1,20 +1,53 @@
 """Human-facing views of a store: the ``zoo info`` summary and the ``zoo show`` picture, by zoo family
-(INR zoos in :mod:`zoo.inspect.inrs`, classifier zoos in :mod:`zoo.inspect.classifiers`)."""
+(INR zoos in :mod:`zoo.inspect.inrs`, classifier zoos in :mod:`zoo.inspect.classifiers`; a store
+still being generated in :mod:`zoo.inspect.progress`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..store import WeightStore
+from ..store.format import STATUS_COMPLETE
+from ..store.manifest import read_manifest
 from . import classifiers, inrs
 from .inrs import coordinates, decode, spec_of  # noqa: F401  (INR helpers used by tests and pipelines)
+from .progress import progress_summary
+
+MAX_SHOWN = 100  # networks (INR zoos) or runs (trajectories) one figure draws
+DEFAULT_SHOWN = 8
 
 
 def summary(store: WeightStore) -> str:
     return (classifiers if classifiers.is_classifier_store(store) else inrs).summary(store)
 
 
-def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = None) -> Path:
+def describe(root) -> str:
+    """``zoo info``: the summary of a finished store, or how far an unfinished one got."""
+    if read_manifest(root).get("status") != STATUS_COMPLETE:
+        return progress_summary(WeightStore(root, require_complete=False))
+    return summary(WeightStore(root))
+
+
+def check_figure_path(out) -> Path:
+    """ValueError for a figure path matplotlib cannot write: a missing folder, an unknown format."""
+    from matplotlib.figure import Figure
+
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {out}: the folder {out.parent} does not exist (create it first)")
+    formats = Figure().canvas.get_supported_filetypes()
+    if out.suffix.lstrip(".").lower() not in formats:
+        raise ValueError(f"--out {out}: give the file one of the extensions {', '.join(sorted(formats))}")
+    return out
+
+
+def show(store: WeightStore, out: Path, count: int | None = None, data_root: str | None = None, log=print) -> Path:
+    """Draw ``count`` networks (INR zoos) or runs (trajectory zoos) into ``out``; say what was
+    changed from the request (``log``). ValueError, before drawing anything, for a count outside
+    1 .. :data:`MAX_SHOWN` or an ``out`` that cannot be written."""
+    if count is not None and not 1 <= count <= MAX_SHOWN:
+        raise ValueError(f"--count must be between 1 and {MAX_SHOWN} (one figure), got {count}")
+    out = check_figure_path(out)
     if classifiers.is_classifier_store(store):
-        return classifiers.show(store, out, count)
-    return inrs.show(store, out, count, data_root)
+        return classifiers.show(store, out, count, log)
+    return inrs.show(store, out, DEFAULT_SHOWN if count is None else count, data_root, log)

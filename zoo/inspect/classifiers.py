@@ -7,18 +7,15 @@ from pathlib import Path
 import numpy as np
 
 from .figures import save_figure
+from .format import percentiles, shown
 from ..store import WeightStore
+
+
+LABELLED_RUNS = 10  # runs named in the legend; more are drawn under one label
 
 
 def is_classifier_store(store: WeightStore) -> bool:
     return store.manifest.get("architecture", {}).get("family") == "mlp-classifier"
-
-
-def _percentiles(values: np.ndarray) -> str:
-    if len(values) == 0:
-        return "none"
-    quantiles = "  ".join(f"p{q} {np.percentile(values, q):.3f}" for q in (5, 25, 50, 75, 95))
-    return f"{quantiles}  mean {values.mean():.3f}"
 
 
 def _columns(store: WeightStore) -> dict[str, np.ndarray]:
@@ -64,10 +61,10 @@ def summary(store: WeightStore) -> str:
         f"networks   {m['num_networks']} in {m['num_chunks']} chunk(s) of {m['chunk_size']}: "
         f"{runs} run(s) x {per_run} checkpoint(s)",
         "splits     " + ", ".join(f"{s} {v['count']} ({v['runs']} runs)" for s, v in m["splits"].items()),
-        "test acc   " + _percentiles(cols["accuracy"][ok]) + ("  (all checkpoints)" if per_run > 1 else ""),
+        "test acc   " + percentiles(cols["accuracy"][ok], 3) + ("  (all checkpoints)" if per_run > 1 else ""),
     ]
     if per_run > 1:
-        lines.append("final acc  " + _percentiles(cols["accuracy"][ok & final]) + "  (last checkpoint of each run)")
+        lines.append("final acc  " + percentiles(cols["accuracy"][ok & final], 3) + "  (last checkpoint of each run)")
     losses = cols["loss"][final & ~np.isnan(cols["loss"])]
     if len(losses):
         lines.append(f"train loss final: median {np.median(losses):.4f}, mean {losses.mean():.4f}")
@@ -83,9 +80,10 @@ def summary(store: WeightStore) -> str:
     return "\n".join(lines)
 
 
-def show(store: WeightStore, out: Path, count: int = 8) -> Path:
-    """Test-accuracy histogram per split; beside it, accuracy against step for ``count`` runs and
-    the median over all runs (trajectories), or the mean accuracy per class pair (pair zoos)."""
+def show(store: WeightStore, out: Path, count: int | None = None, log=print) -> Path:
+    """Test-accuracy histogram per split; beside it, accuracy against step for ``count`` runs
+    (default 8; labelled up to :data:`LABELLED_RUNS`) and the median over all runs (trajectories),
+    or the mean accuracy per class pair (pair zoos, which take no ``count``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,10 +105,11 @@ def show(store: WeightStore, out: Path, count: int = 8) -> Path:
     hist.set_title("all checkpoints" if per_run > 1 else "final networks")
     if per_run > 1:
         runs = np.unique(cols["run"])
-        shown = runs[np.linspace(0, len(runs) - 1, min(count, len(runs))).round().astype(int)]
-        for run in shown:
+        drawn = runs[np.linspace(0, len(runs) - 1, shown(count or 8, len(runs), "runs", log)).round().astype(int)]
+        for k, run in enumerate(drawn):
             rows = cols["run"] == run
-            right.plot(cols["step"][rows], cols["accuracy"][rows], lw=0.8, alpha=0.7, label=f"run {run}")
+            label = f"run {run}" if len(drawn) <= LABELLED_RUNS else (f"{len(drawn)} runs" if k == 0 else None)
+            right.plot(cols["step"][rows], cols["accuracy"][rows], lw=0.8, alpha=0.7, label=label)
         steps = np.unique(cols["step"])
         median = [np.nanmedian(cols["accuracy"][cols["step"] == s]) for s in steps]
         right.plot(steps, median, color="black", lw=2, label="median, all runs")
@@ -119,6 +118,8 @@ def show(store: WeightStore, out: Path, count: int = 8) -> Path:
         right.legend(fontsize=7)
         right.set_title("accuracy along training")
     else:
+        if count is not None:
+            log("note: --count does not apply to a zoo of final networks: it draws the mean accuracy per class pair")
         grid = np.full((num_classes, num_classes), np.nan)
         sums, counts = np.zeros_like(grid), np.zeros_like(grid)
         for classes, acc in zip(cols["classes"], cols["accuracy"]):

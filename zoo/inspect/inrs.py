@@ -12,6 +12,7 @@ from ..sources.grids import image_grid, sine_grid
 from ..store import WeightStore
 from ..store.format import layers_from_arrays
 from .figures import save_figure
+from .format import percentiles, shown
 
 
 def spec_of(store: WeightStore) -> SirenSpec:
@@ -32,8 +33,7 @@ def summary(store: WeightStore) -> str:
         f"arch       {' -> '.join(map(str, arch['widths']))}  {arch['activation']}, w0 {arch['w0_per_layer']}, init {arch['init']}",
         f"networks   {m['num_networks']} in {m['num_chunks']} chunk(s) of {m['chunk_size']}",
         "splits     " + ", ".join(f"{s} {v['count']}" for s, v in m["splits"].items()),
-        "psnr (dB)  " + "  ".join(f"p{q} {np.percentile(psnr, q):.2f}" for q in (5, 25, 50, 75, 95))
-        + f"  mean {psnr.mean():.2f}",
+        "psnr (dB)  " + percentiles(psnr, 2),
         f"steps      mean {steps.mean():.0f}, early-stopped {np.mean(steps < m['generation']['fit']['steps']) * 100:.1f}%"
         + _fitted_by(table),
         f"disk       {store.size_on_disk() / 2**20:.1f} MiB",
@@ -71,8 +71,12 @@ def coordinates(store: WeightStore) -> torch.Tensor:
     return sine_grid(source["coordinates"]["shape"][0])
 
 
-def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = None) -> Path:
-    """Decoded INRs (top) beside their source images (bottom), or curves for signal zoos."""
+COLUMNS = 10  # networks per row of the figure
+
+
+def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = None, log=print) -> Path:
+    """Decoded INRs above their source images (or curves, for signal zoos), in rows of
+    :data:`COLUMNS` networks spread over the splits."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -80,7 +84,7 @@ def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = 
 
     from ..sources import DataError, get_source
 
-    count = min(count, store.num_networks)
+    count = shown(count, store.num_networks, "networks", log)
     indices = np.linspace(0, store.num_networks - 1, count).round().astype(int).tolist()  # spread over splits
     decoded = decode(store, indices)
     table = store.networks.take(indices).to_pydict()
@@ -88,30 +92,36 @@ def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = 
     try:
         source = get_source(src_name, root=data_root)
     except DataError:  # source files not here: draw the INRs alone
+        log(f"note: the {src_name} files are not here (--data-root): drawing the INRs alone")
         source = None
-    fig, axes = plt.subplots(2, count, figsize=(1.6 * count, 3.4), squeeze=False)
+    columns, rows = min(count, COLUMNS), -(-count // COLUMNS)
+    fig, axes = plt.subplots(2 * rows, columns, figsize=(1.6 * columns, 3.4 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
     for k in range(count):
+        inr, original = axes[2 * (k // COLUMNS), k % COLUMNS], axes[2 * (k // COLUMNS) + 1, k % COLUMNS]
         split, item = table["split"][k], table["source_item"][k]
-        title = f"#{indices[k]} {table['psnr'][k]:.1f}dB"
         if store.manifest["source"].get("kind") == "image":
             h, w, c = store.manifest["source"]["image_shape"]
             img = np.clip(decoded[k].reshape(h, w, c), 0, 1)
-            axes[0, k].imshow(img.squeeze(-1) if c == 1 else img, cmap="gray", vmin=0, vmax=1)
+            inr.imshow(img.squeeze(-1) if c == 1 else img, cmap="gray", vmin=0, vmax=1)
             if source is not None:
                 sp = source.split(split)
                 pos = int(np.flatnonzero(sp.item_ids == item)[0])
                 orig = sp.images[pos]
-                axes[1, k].imshow(orig.squeeze(-1) if c == 1 else orig, cmap="gray", vmin=0, vmax=1)
+                original.imshow(orig.squeeze(-1) if c == 1 else orig, cmap="gray", vmin=0, vmax=1)
         else:
             x = coordinates(store).squeeze(1).numpy()
-            axes[0, k].plot(x, decoded[k][:, 0])
+            inr.plot(x, decoded[k][:, 0])
             a, b = table["amplitude"][k], table["frequency"][k]
-            axes[1, k].plot(x, a * np.sin(b * x))
-        axes[0, k].set_title(title, fontsize=7)
-        for r in range(2):
-            axes[r, k].set_xticks([])
-            axes[r, k].set_yticks([])
-    axes[0, 0].set_ylabel("INR")
-    axes[1, 0].set_ylabel("source")
+            original.plot(x, a * np.sin(b * x))
+        inr.set_title(f"#{indices[k]} {split} {table['psnr'][k]:.1f}dB", fontsize=7)
+    for k in range(count, rows * columns):  # the last row's empty places
+        axes[2 * (k // COLUMNS), k % COLUMNS].axis("off")
+        axes[2 * (k // COLUMNS) + 1, k % COLUMNS].axis("off")
+    for r in range(rows):
+        axes[2 * r, 0].set_ylabel("INR")
+        axes[2 * r + 1, 0].set_ylabel("source")
     fig.tight_layout()
     return save_figure(fig, out)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .base import Source, check_split
+from .base import SPLITS, Source, check_split
 from .errors import DataError
 from .grids import image_grid, image_grid_manifest, pixel_targets
 
@@ -111,6 +111,11 @@ class HoldOut:
         return f"val = {val}, train = the rest; test = official test"
 
 
+def official_split_of(split: str) -> str:
+    """The official split a paper split is read from: val is held out of the official train split."""
+    return "test" if split == "test" else "train"
+
+
 class ImageSource(Source):
     """An image data set read from official split files; subclasses implement :meth:`read_official`."""
 
@@ -142,7 +147,7 @@ class ImageSource(Source):
     def split(self, split: str) -> ImageSplit:
         check_split(split)
         if split not in self._splits:
-            official = "test" if split == "test" else "train"
+            official = official_split_of(split)
             data = self.official(official)
             n = len(data.labels)
             keep = np.ones(n, bool) if split == "test" else self.holdout.mask(n) == (split == "val")
@@ -178,7 +183,8 @@ class ImageSource(Source):
             "image_shape": list(self.shape),
             "pixel_values": f"stored value / {self.pixel_scale:g}, float32 in [0, 1]",
             "split_rule": self.holdout.describe(),
-            "item_ids": "index of the item within its official split file (see official_split)",
+            "item_ids": "index of the item within the official split file it was read from (official_split)",
+            "official_split": {split: official_split_of(split) for split in SPLITS},
             "counts": {s: len(d) for s, d in self._splits.items()},
             "official_splits_read": sorted(self._official),
             "files": self.files_read(),
