@@ -208,3 +208,13 @@ def test_backend_option_decides_how_the_dwsnet_runs(backend, fused):
     kinds = describe(model)
     assert bool(kinds) == fused
     assert all("(pytorch)" in k for k in kinds.values())
+
+
+@pytest.mark.parametrize("model", ["dwsnet", "mlp"])
+def test_a_final_batch_of_one_network_is_skipped_not_a_crash(tiny_store, tmp_path, model):
+    """9 train networks in batches of 8 leave one network: a baseline's batch norm cannot normalize a batch
+    of one, so that batch is skipped (it crashed the run before), in training and in the precise-BN pass."""
+    metrics = train_run(TrainOptions(store=str(tiny_store), model=model, epochs=1, lr=1e-3, batch_size=8,
+                                     train_limit=9, precise_bn=9, hidden_channels=4, num_layers=2,
+                                     out=str(tmp_path / "run"), progress=False), log=lambda *_: None)
+    assert 0.0 <= metrics["summary"]["accuracy"]["mean"] <= 1.0

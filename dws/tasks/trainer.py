@@ -109,7 +109,8 @@ def recalibrate_batchnorm(model: torch.nn.Module, loader: Iterable, device: str)
         m.momentum = None  # cumulative average: every batch counts equally
         m.train()
     for batch in loader:
-        model(batch.ws.to(device))
+        if len(batch) > 1:  # batch norm cannot take statistics of one network (it raises)
+            model(batch.ws.to(device))
     for m, momentum in zip(norms, momenta):
         m.momentum = momentum
     model.train(was_training)
@@ -170,6 +171,8 @@ def train(
                        total=_length(loaders["train"]), disable=not config.progress, dynamic_ncols=True)
         for batch in batches:
             weight = 1.0
+            if len(batch) < 2:  # a final batch of one network: batch norm cannot normalize it (it raises)
+                continue
             if shard is not None:
                 batch, weight = shard_batch(batch, *shard)
                 if batch is None:
