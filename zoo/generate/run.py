@@ -7,7 +7,8 @@ training classifiers) is its recipe's business (:mod:`zoo.generate.recipe`).
 
 Rerunning the same command on an interrupted store makes only the chunks its manifest does not
 list as complete; since every network depends only on ``(seed, index)`` and the chunking, the
-result equals an uninterrupted run.
+result equals an uninterrupted run. Rerun on a store that exists, it first verifies what is
+stored (:func:`zoo.store.verify.verify_store`) and remakes whatever is damaged.
 """
 
 from __future__ import annotations
@@ -20,22 +21,27 @@ from tqdm import tqdm
 from ..devices import resolve_device
 from ..options import require_at_least, require_positive
 from ..sources import get_source
-from ..store.format import MANIFEST, STATUS_COMPLETE, StoreError
-from ..store.location import require_local
+from ..store.format import MANIFEST, STATUS_COMPLETE, DamagedStoreError, StoreError, fragment_name
+from ..store.location import UrlRoot, store_root
 from ..store.manifest import read_manifest
 from ..store.reader import WeightStore
-from ..store.stats import Moments, write_stats
+from ..store.stats import Moments, TrainMoments, chunk_train_moments, reduce_moments, row_status, write_stats
+from ..store.verify import verify_store
 from ..store.writer import (
     chunk_bounds,
+    chunk_layout,
     consolidate_rows,
     create_store,
     finalize,
     mark_chunks_complete,
     missing_chunks,
+    read_table,
     reopen_chunks,
+    write_chunk,
 )
-from .chunk import chunk_moments
-from .executors import make_executor
+from .chunk import ChunkTarget
+from .command import command_line
+from .executors import make_executor, uses_ray
 from .kinds import get_kind
 
 
@@ -98,12 +104,16 @@ def settings_diff(stored, asked, prefix: str = "") -> list[str]:
 
 
 def generate(opts: GenerateOptions, log=print) -> dict:
-    """Create or resume the store at ``opts.out``; returns its final manifest."""
+    """Create, resume or repair the store at ``opts.out`` (a folder or a URL); returns its final manifest."""
     kind = get_kind(opts.kind)
     check_options(opts)
     recipe = kind.recipe(opts)
-    out = require_local(opts.out, "generate into")
+    out = store_root(opts.out)
+    if isinstance(out, UrlRoot) and out.protocol == "memory" and uses_ray(opts.workers, opts.address, opts.use_ray):
+        raise StoreError(f"{out}: a memory:// store lives in this process, where Ray's workers cannot write; "
+                         f"use --no-ray, or a URL every worker reaches")
     resuming = (out / MANIFEST).exists()
+    known: dict[int, TrainMoments] = {}  # the train moments of chunks already stored
     if resuming:
         manifest = read_manifest(out)
         asked = recipe.settings()
@@ -114,21 +124,17 @@ def generate(opts: GenerateOptions, log=print) -> dict:
                 f"{out} was generated with different settings:\n  {differences}\n"
                 f"use another --out, or rerun with the store's settings to resume it"
             )
-        if manifest["status"] == STATUS_COMPLETE:
-            damaged = WeightStore(out, check_chunks=False).damaged_chunks()
-            if not damaged:
-                log(f"{out} is already complete ({manifest['num_networks']} networks)")
-                return manifest
-            log(f"{out} is complete but {len(damaged)} chunk(s) have missing or truncated files "
-                f"({'; '.join(f'chunk {c}: {why}' for c, why in list(damaged.items())[:3])}); re{recipe.verb} them")
-            manifest = reopen_chunks(out, manifest, damaged)
+        manifest, known, finished = _check_stored(out, manifest, recipe.verb, opts.progress, log)
+        if finished:
+            return manifest
 
     dataset = opts.dataset or kind.source
     source = get_source(dataset, root=opts.data_root, download=opts.download, **(opts.source_options or {}))
     layout = recipe.plan(source)
     if not resuming:
         manifest = create_store(out, widths=kind.widths, num_networks=layout.num_networks,
-                                chunk_size=layout.chunk_size, splits=layout.splits, metadata=layout.metadata)
+                                chunk_size=layout.chunk_size, splits=layout.splits,
+                                metadata={**layout.metadata, "command": command_line(opts)})
     elif manifest["num_networks"] != layout.num_networks:
         raise StoreError(f"{out}: the data now yields {layout.num_networks} networks, the store has "
                          f"{manifest['num_networks']}; did the data files change?")
@@ -141,37 +147,79 @@ def generate(opts: GenerateOptions, log=print) -> dict:
                              gpus_per_task=1.0 / opts.workers if device.startswith("cuda") else 0.0)
     try:
         recipe.share(executor)
-        _make_chunks(executor, recipe, out, manifest, device, todo, opts.progress)
+        known.update(_make_chunks(executor, recipe, out, manifest, device, todo, opts.progress))
         table = consolidate_rows(out, manifest)
-        moments = _train_moments(executor, out, manifest, layout.splits["train"]["count"], normal_only=True)
-        if moments.count == 0:  # every train network diverged: normalize with them rather than not at all
-            log("warning: no train network trained normally; the statistics include the diverged ones")
-            moments = _train_moments(executor, out, manifest, layout.splits["train"]["count"], normal_only=False)
+        moments = _statistics(out, manifest, known, log)
         extra = recipe.report(table, log)
-        manifest = finalize(out, manifest, {"normalization": write_stats(out, moments), **extra})
+        manifest = finalize(out, manifest, {"normalization": write_stats(out, moments, manifest), **extra})
     finally:
         executor.shutdown()
     return manifest
 
 
-def _train_moments(executor, out, manifest, train_stop: int, normal_only: bool) -> Moments:
-    moments = Moments.of({n: np.zeros((0, *s)) for n, s in manifest["parameters"].items()})
-    jobs = [{"root": str(out), "chunk": c, "train_stop": train_stop, "normal_only": normal_only}
-            for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train_stop]
-    for part in executor.map_unordered(chunk_moments, jobs):
-        moments = moments.combine(part)
+def _check_stored(out, manifest: dict, verb: str, progress: bool, log) -> tuple[dict, dict, bool]:
+    """Verify what earlier runs stored and reopen what this run must remake (damaged chunks; a
+    damaged table or statistics are rewritten at the end anyway). Returns the manifest, the
+    intact chunks' train moments and whether the store is complete and intact (nothing to do)."""
+    complete = manifest["status"] == STATUS_COMPLETE
+    found = verify_store(out, recompute_stats=False, moments=not complete, progress=progress)
+    if not found.repairable:
+        raise DamagedStoreError(f"{out} is damaged:\n  " + "\n  ".join(map(str, found.damaged[:10]))
+                                + "\n" + found.repair())
+    damage = found.damaged
+    if complete and not damage:
+        log(f"{out} is already complete ({manifest['num_networks']} networks)")
+        return manifest, {}, True
+    if damage:
+        remake = found.chunks_to_remake()
+        log(f"{out} is damaged ({'; '.join(map(str, damage[:3]))}{' ...' if len(damage) > 3 else ''}): "
+            f"re{verb} {len(remake)} chunk(s), then rewriting the table and the statistics")
+        manifest = reopen_chunks(out, manifest, remake)
+    return manifest, {c: m for c, m in found.moments.items() if c in manifest["complete_chunks"]}, False
+
+
+def _statistics(out, manifest: dict, known: dict[int, TrainMoments], log) -> Moments:
+    """The train split's moments, reduced in chunk order from each chunk's (the tasks' results, or
+    read from the store for chunks stored before without them)."""
+    train = manifest["splits"]["train"]
+    train_stop = train["start"] + train["count"]
+    chunks = [c for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train_stop]
+    unknown = [c for c in chunks if c not in known]
+    if unknown:
+        store = WeightStore(out, require_complete=False, check_chunks=False)
+        for c in unknown:
+            lo, hi = store.chunk_bounds(c)
+            rows = read_table(out, fragment_name(c), manifest)
+            known[c] = chunk_train_moments(store.read(lo, hi), lo, train_stop, row_status(rows, lo, hi))
+    moments, fallback = reduce_moments([known[c] for c in chunks])
+    if fallback:  # every train network diverged: normalize with them rather than not at all
+        log("warning: no train network trained normally; the statistics include the diverged ones")
     return moments
 
 
-def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool):
+def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool) -> dict[int, TrainMoments]:
+    """Make the chunks ``todo``; a chunk is listed complete once its data and fragment are stored
+    (by its task where the store is a URL, else here). Returns their train moments."""
+    layout, url = chunk_layout(manifest), (str(out) if isinstance(out, UrlRoot) else None)
+    train = manifest["splits"]["train"]
+    train_stop = train["start"] + train["count"]
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
     bar = tqdm(total=manifest["num_networks"], initial=done, unit="net", desc=f"{recipe.verb} {manifest['kind']}",
                disable=not progress, dynamic_ncols=True)
+    moments = {}
     try:
-        jobs = (recipe.job(str(out), manifest, c, device) for c in todo)
+        jobs = (recipe.job(ChunkTarget(c, *chunk_bounds(manifest, c), train_stop, layout, url), device) for c in todo)
         for result in executor.map_unordered(recipe.work, jobs):
-            mark_chunks_complete(out, manifest, [result["chunk"]])
+            chunk = result["chunk"]
+            if "fragment" in result:
+                fragment = result["fragment"]
+            else:
+                fragment = write_chunk(out, chunk, result.pop("params"), result.pop("rows"), layout)
+            mark_chunks_complete(out, manifest, {chunk: fragment})
+            if result["moments"] is not None:
+                moments[chunk] = result["moments"]
             bar.update(result["networks"])
             bar.set_postfix(recipe.postfix(result))
     finally:
         bar.close()
+    return moments
