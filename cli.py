@@ -161,6 +161,20 @@ def info(store):
 
 @main.command()
 @click.argument("store", type=STORE)
+@click.option("--no-recompute", is_flag=True, help="Skip recomputing the normalization statistics from the networks.")
+def verify(store, no_recompute):
+    """Check a whole store (a folder or a URL): every chunk readable and matching its checksum, the table,
+    fragments, metadata and manifest consistent, the statistics recomputed and compared. Prints a summary and
+    how to repair what it found (a rerun of the generating command); exits 1 on damage or an unfinished store."""
+    from zoo.store import verify_store
+
+    found = verify_store(store, recompute_stats=not no_recompute, progress=sys.stderr.isatty())
+    click.echo(found.summary())
+    sys.exit(0 if found.ok else 1)
+
+
+@main.command()
+@click.argument("store", type=STORE)
 @click.option("--out", default="grid.png", show_default=True, type=click.Path(dir_okay=False))
 @click.option("--count", default=8, show_default=True, help="Networks (INR zoos) or runs (classifier trajectories) to draw.")
 @click.option("--data-root", default=None, type=click.Path(), help="Where the source images are (to draw them too).")

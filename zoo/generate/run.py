@@ -21,11 +21,10 @@ from tqdm import tqdm
 from ..devices import resolve_device
 from ..options import require_at_least, require_positive
 from ..sources import get_source
-from ..store.format import MANIFEST, STATUS_COMPLETE, DamagedStoreError, StoreError, fragment_name
+from ..store.format import MANIFEST, STATUS_COMPLETE, DamagedStoreError, StoreError
 from ..store.location import UrlRoot, store_root
 from ..store.manifest import read_manifest
-from ..store.reader import WeightStore
-from ..store.stats import Moments, TrainMoments, chunk_train_moments, reduce_moments, row_status, write_stats
+from ..store.stats import Moments, TrainMoments, reduce_moments, write_stats
 from ..store.verify import verify_store
 from ..store.writer import (
     chunk_bounds,
@@ -35,7 +34,6 @@ from ..store.writer import (
     finalize,
     mark_chunks_complete,
     missing_chunks,
-    read_table,
     reopen_chunks,
     write_chunk,
 )
@@ -149,7 +147,7 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         recipe.share(executor)
         known.update(_make_chunks(executor, recipe, out, manifest, device, todo, opts.progress))
         table = consolidate_rows(out, manifest)
-        moments = _statistics(out, manifest, known, log)
+        moments = _statistics(manifest, known, log)
         extra = recipe.report(table, log)
         manifest = finalize(out, manifest, {"normalization": write_stats(out, moments, manifest), **extra})
     finally:
@@ -162,7 +160,7 @@ def _check_stored(out, manifest: dict, verb: str, progress: bool, log) -> tuple[
     damaged table or statistics are rewritten at the end anyway). Returns the manifest, the
     intact chunks' train moments and whether the store is complete and intact (nothing to do)."""
     complete = manifest["status"] == STATUS_COMPLETE
-    found = verify_store(out, recompute_stats=False, moments=not complete, progress=progress)
+    found = verify_store(out, moments=True, progress=progress)
     if not found.repairable:
         raise DamagedStoreError(f"{out} is damaged:\n  " + "\n  ".join(map(str, found.damaged[:10]))
                                 + "\n" + found.repair())
@@ -178,23 +176,15 @@ def _check_stored(out, manifest: dict, verb: str, progress: bool, log) -> tuple[
     return manifest, {c: m for c, m in found.moments.items() if c in manifest["complete_chunks"]}, False
 
 
-def _statistics(out, manifest: dict, known: dict[int, TrainMoments], log) -> Moments:
-    """The train split's moments, reduced in chunk order from each chunk's (the tasks' results, or
-    read from the store for chunks stored before without them)."""
+def _statistics(manifest: dict, moments: dict[int, TrainMoments], log) -> Moments:
+    """The train split's moments, reduced in chunk order from each chunk's (from the task that made
+    it, or from the verification of what an earlier run stored)."""
     train = manifest["splits"]["train"]
-    train_stop = train["start"] + train["count"]
-    chunks = [c for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train_stop]
-    unknown = [c for c in chunks if c not in known]
-    if unknown:
-        store = WeightStore(out, require_complete=False, check_chunks=False)
-        for c in unknown:
-            lo, hi = store.chunk_bounds(c)
-            rows = read_table(out, fragment_name(c), manifest)
-            known[c] = chunk_train_moments(store.read(lo, hi), lo, train_stop, row_status(rows, lo, hi))
-    moments, fallback = reduce_moments([known[c] for c in chunks])
+    chunks = [c for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train["start"] + train["count"]]
+    reduced, fallback = reduce_moments([moments[c] for c in chunks])
     if fallback:  # every train network diverged: normalize with them rather than not at all
         log("warning: no train network trained normally; the statistics include the diverged ones")
-    return moments
+    return reduced
 
 
 def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool) -> dict[int, TrainMoments]:

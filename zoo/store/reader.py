@@ -47,7 +47,7 @@ class WeightStore:
             )
         self.arrays = arrays_root(self.root, self.manifest)  # the Zarr group's folder or URL
         try:
-            self.group = zarr.open_group(str(self.arrays), mode="r")
+            self.group = zarr.open_group(str(self.arrays), mode="r", zarr_format=3, use_consolidated=False)
         except Exception as exc:  # zarr raises several types for a missing/damaged group
             raise StoreError(f"{self.root}: cannot open the Zarr group at {self.arrays} ({exc}); "
                              f"{REPAIR_HINT}") from exc
@@ -58,9 +58,9 @@ class WeightStore:
     def _check_arrays(self) -> None:
         n = self.manifest["num_networks"]
         for name, shape in self.manifest["parameters"].items():
-            if name not in self.group:
+            arr = self._arrays.get(name)
+            if arr is None:
                 raise StoreError(f"{self.root}: array {name} listed in the manifest is missing")
-            arr = self.group[name]
             if tuple(arr.shape) != (n, *shape):
                 raise StoreError(
                     f"{self.root}: array {name} has shape {tuple(arr.shape)} but the manifest "
@@ -91,14 +91,15 @@ class WeightStore:
         (the checksum) or by ``zoo verify``, which reads everything.
 
         A missing chunk file would read back as the fill value, NaN, and a truncated one fails
-        deep inside zarr. Local folders: one ``stat`` per chunk file; URLs: one listing per array.
-        Where a URL cannot be listed (plain HTTP servers without index pages) nothing is reported
-        and :meth:`read` still refuses the damage.
+        deep inside zarr. Local folders: one ``stat`` per chunk file; URLs: one listing of the
+        arrays. Where a URL cannot be listed (plain HTTP servers without index pages) nothing is
+        reported and :meth:`read` still refuses the damage.
         """
         damaged: dict[int, list[str]] = {}
+        listing = self._listing()
         for name in self.parameter_names:
             arr = self._arrays[name]
-            size_of = self._stored(name)
+            size_of = self._stored(name, listing)
             if size_of is None:  # this URL cannot be listed: leave it to read()
                 return {}
             rows, expected = _storage_chunks(arr)[0], _stored_bytes(arr)
@@ -115,13 +116,21 @@ class WeightStore:
                     f"file {'/'.join(p for p in (self.arrays_path, name, key) if p)} {why} (networks {lo}..{hi - 1})")
         return {c: ", ".join(whys) for c, whys in sorted(damaged.items())}
 
-    def _stored(self, name: str):
+    def _listing(self) -> dict | None:
+        """``{key: size}`` of every object under the Zarr group of a URL store, in one listing
+        (``None``: a local folder, or a URL that cannot be listed)."""
+        return self.arrays.sizes() if isinstance(self.arrays, UrlRoot) else None
+
+    def _stored(self, name: str, listing: dict | None = None):
         """``key -> size in bytes`` of the objects stored under array ``name`` (``None``: not
-        stored; ``-1``: stored, size unknown), or ``None`` when the store cannot be listed."""
+        stored; ``-1``: stored, size unknown), or ``None`` when the store cannot be listed.
+        ``listing``: :meth:`_listing`, for URL stores (listed here if not given)."""
         base = self.arrays / name
         if isinstance(base, UrlRoot):
-            found = base.sizes()
-            if found is None or "zarr.json" not in found:  # zarr read that file: such a listing is not to be trusted
+            listing = self._listing() if listing is None else listing
+            prefix = f"{name}/"
+            found = {k[len(prefix):]: v for k, v in (listing or {}).items() if k.startswith(prefix)}
+            if "zarr.json" not in found:  # zarr read that file: such a listing is not to be trusted
                 return None
             return lambda key: (-1 if found[key] is None else int(found[key])) if key in found else None
 
@@ -178,8 +187,14 @@ class WeightStore:
     # ------------------------------------------------------------------ data
     @cached_property
     def _arrays(self) -> dict:
-        """Parameter array handles, opened once."""
-        return {name: self.group[name] for name in self.parameter_names}
+        """Parameter array handles, opened once (a missing one is left out)."""
+        arrays = {}
+        for name in self.parameter_names:
+            try:
+                arrays[name] = self.group[name]
+            except KeyError:
+                pass
+        return arrays
 
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Parameters of networks ``start..stop-1`` as float32 arrays ``[n, ...]``.
@@ -263,19 +278,22 @@ class WeightStore:
 
     def stats(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per-entry ``(mean, std)`` over the train split, per parameter array."""
-        if STATS_GROUP not in self.group:
-            raise StoreError(f"{self.root}: normalization statistics are missing")
-        g = self.group[STATS_GROUP]
+        try:
+            g = self.group[STATS_GROUP]
+        except KeyError:
+            raise StoreError(f"{self.root}: normalization statistics are missing; {REPAIR_HINT}") from None
+        listing = self._listing()
         out = {}
         for n in self.parameter_names:
             pair = []
             for stat in ("mean", "std"):
                 key = f"{n}_{stat}"
-                if key not in g:
+                try:
+                    arr = g[key]
+                except KeyError:
                     raise StoreError(f"{self.root}: normalization statistic {STATS_GROUP}/{key} is missing; "
-                                     f"{REPAIR_HINT}")
-                arr = g[key]
-                size_of = self._stored(f"{STATS_GROUP}/{key}")
+                                     f"{REPAIR_HINT}") from None
+                size_of = self._stored(f"{STATS_GROUP}/{key}", listing)
                 # a missing chunk reads as the fill value, 0, which is a plausible mean: look for the file
                 absent = [k for _, k in _chunk_keys(arr) if size_of is not None and size_of(k) is None]
                 try:

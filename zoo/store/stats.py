@@ -22,7 +22,7 @@ import pyarrow as pa
 import zarr
 
 from .format import STATS_GROUP, array_codecs, arrays_path
-from .writer import arrays_root, metadata_files, record_checksums
+from .writer import arrays_root, record_metadata
 
 STD_FLOOR = 1e-8  # entries that never vary are divided by 1 instead of ~0
 
@@ -109,15 +109,15 @@ def reduce_moments(parts: list[TrainMoments]) -> tuple[Moments, bool]:
 def write_stats(root, moments: Moments, manifest: dict) -> dict:
     """Store ``<name>_mean`` and ``<name>_std`` arrays and record their metadata's checksums in
     ``manifest``; returns the manifest entry describing them."""
-    group = zarr.open_group(str(arrays_root(root, manifest)), mode="r+").require_group(STATS_GROUP)
+    group = zarr.open_group(str(arrays_root(root, manifest)), mode="r+", zarr_format=3,
+                            use_consolidated=False).require_group(STATS_GROUP)
     std = moments.std()
-    names = []
+    nodes = {STATS_GROUP: group}
     for name, mean in moments.mean.items():
         for stat, values in (("mean", mean), ("std", np.maximum(std[name], STD_FLOOR))):
-            group.create_array(f"{name}_{stat}", data=values.astype(np.float32), overwrite=True,
-                               **array_codecs(manifest))
-            names.append(f"{STATS_GROUP}/{name}_{stat}")
-    record_checksums(root, manifest, metadata_files(manifest, [STATS_GROUP] + names))
+            nodes[f"{STATS_GROUP}/{name}_{stat}"] = group.create_array(
+                f"{name}_{stat}", data=values.astype(np.float32), overwrite=True, **array_codecs(manifest))
+    record_metadata(manifest, nodes)
     return {
         "split": "train",
         "count": moments.count,

@@ -14,7 +14,9 @@ manifest's ``checksums`` when it is written; the manifest checks itself (:mod:`.
 from __future__ import annotations
 
 import io
+import json
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +89,9 @@ def create_store(
         **metadata,
     }
     group = zarr.open_group(str(arrays_root(root, manifest)), mode="w", zarr_format=3)
+    nodes = {"": group}
     for name, shape in shapes.items():
-        group.create_array(
+        nodes[name] = group.create_array(
             name,
             shape=(num_networks, *shape),
             chunks=(chunk_size, *shape),
@@ -97,7 +100,7 @@ def create_store(
             dimension_names=("network",) + tuple(f"dim{i}" for i in range(len(shape))),
             **array_codecs(manifest),  # float32 weights barely compress (~7%) at 2-4x the cost
         )
-    record_checksums(root, manifest, metadata_files(manifest, [""] + list(shapes)))
+    record_metadata(manifest, nodes)
     (root / FRAGMENTS_DIR).mkdir(parents=True, exist_ok=True)
     write_manifest(root, manifest)
     return manifest
@@ -110,18 +113,16 @@ def arrays_root(root, manifest: dict):
     return root / path if path else root
 
 
-def metadata_files(manifest: dict, nodes) -> list[str]:
-    """Store-relative names of the ``zarr.json`` of Zarr nodes (``""``: the group itself)."""
-    base = arrays_path(manifest)
-    return ["/".join(p for p in (base, node, "zarr.json") if p) for node in nodes]
+def record_metadata(manifest: dict, nodes: dict) -> None:
+    """Record in ``manifest`` (not yet saved) the checksums of the ``zarr.json`` of Zarr ``nodes``
+    (``{path in the group: array or group}``), from the metadata zarr wrote: the same bytes, not
+    read back."""
+    from zarr.buffer import default_buffer_prototype
 
-
-def record_checksums(root, manifest: dict, names) -> None:
-    """Read back files just written and record their checksums in ``manifest`` (not yet saved)."""
-    root = store_root(root)
     files = manifest.setdefault("checksums", {"algorithm": ALGORITHM, "files": {}})["files"]
-    for name in names:
-        files[name] = crc32c((root / name).read_bytes())
+    for path, node in nodes.items():
+        data = node.metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
+        files["/".join(p for p in (arrays_path(manifest), path, "zarr.json") if p)] = crc32c(data)
 
 
 def chunk_layout(manifest: dict) -> dict:
@@ -150,10 +151,18 @@ def write_chunk(root, chunk: int, params: dict[str, np.ndarray], rows: pa.Table,
         if not np.isfinite(values).all():
             raise StoreError(f"chunk {chunk}: {name} contains NaN or inf; refusing to store it")
         checked[name] = values
-    group = zarr.open_group(str(arrays_root(root, layout)), mode="r+")
+    arrays = _open_arrays(str(arrays_root(root, layout)), json.dumps(layout, sort_keys=True))
     for name, values in checked.items():
-        group[name][start:stop] = values
+        arrays[name][start:stop] = values
     return write_table(rows, root / fragment_name(chunk))
+
+
+@lru_cache(maxsize=4)
+def _open_arrays(group: str, layout: str) -> dict:
+    """The parameter arrays of a store, opened once per process and layout: a worker writing many
+    chunks of a URL store reads their metadata once, not a few requests per array and chunk."""
+    opened = zarr.open_group(group, mode="r+", zarr_format=3, use_consolidated=False)
+    return {name: opened[name] for name in json.loads(layout)["parameters"]}
 
 
 def mark_chunks_complete(root, manifest: dict, fragments: dict[int, str | None]) -> dict:
@@ -175,7 +184,7 @@ def reopen_chunks(root, manifest: dict, chunks) -> dict:
     root = store_root(root)
     chunks = sorted(int(c) for c in chunks)
     if chunks:
-        group = zarr.open_group(str(arrays_root(root, manifest)), mode="r")
+        group = zarr.open_group(str(arrays_root(root, manifest)), mode="r", zarr_format=3, use_consolidated=False)
         for name in manifest["parameters"]:  # a damaged file must not be read back by a partial write
             for c in chunks:
                 (arrays_root(root, manifest) / name / chunk_key(group[name], c)).unlink(missing_ok=True)
