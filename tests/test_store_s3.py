@@ -68,6 +68,32 @@ def test_every_reader_takes_the_s3_url(tiny_store, s3_store, tmp_path):
     assert result.exit_code == 0 and '"accuracy"' in result.output, result.output
 
 
+def test_an_interrupted_run_on_s3_resumes_to_the_same_store(tiny_store, s3_bucket, monkeypatch):
+    """Interrupted after chunk 2's arrays and fragment were stored but before the manifest listed
+    it (where a kill hurts most): the rerun makes chunks 2 and 3 again."""
+    import zoo.generate.run as run
+
+    url, listed = f"{s3_bucket}/interrupted", []
+    real = run.mark_chunks_complete
+
+    def interrupt_at_the_third(root, manifest, fragments):
+        if len(listed) == 2:
+            raise KeyboardInterrupt
+        listed.append(fragments)
+        return real(root, manifest, fragments)
+
+    monkeypatch.setattr(run, "mark_chunks_complete", interrupt_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        generate(GenerateOptions(out=url, **TINY), **QUIET)
+    monkeypatch.undo()
+    assert _s3().exists(f"{url}/fragments/chunk-000002.parquet")  # stored, not listed
+    logs = []
+    generate(GenerateOptions(out=url, **TINY), log=logs.append)
+    assert any("resuming" in line and "2 of 4 chunks left" in line for line in logs)
+    assert_identical_stores(tiny_store, url)
+
+
+@pytest.mark.slow
 def test_a_killed_run_on_s3_resumes_to_the_same_store(tiny_store, s3_bucket):
     url = f"{s3_bucket}/killed"
     cmd = [sys.executable, "-m", "cli", "generate", "mnist-inr", "--out", url, "--dataset", "digits",
