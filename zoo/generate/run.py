@@ -35,6 +35,8 @@ from ..store.writer import (
     mark_chunks_complete,
     missing_chunks,
     reopen_chunks,
+    train_chunks,
+    train_stop,
     write_chunk,
 )
 from .chunk import ChunkTarget
@@ -179,9 +181,7 @@ def _check_stored(out, manifest: dict, verb: str, progress: bool, log) -> tuple[
 def _statistics(manifest: dict, moments: dict[int, TrainMoments], log) -> Moments:
     """The train split's moments, reduced in chunk order from each chunk's (from the task that made
     it, or from the verification of what an earlier run stored)."""
-    train = manifest["splits"]["train"]
-    chunks = [c for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train["start"] + train["count"]]
-    reduced, fallback = reduce_moments([moments[c] for c in chunks])
+    reduced, fallback = reduce_moments([moments[c] for c in train_chunks(manifest)])
     if fallback:  # every train network diverged: normalize with them rather than not at all
         log("warning: no train network trained normally; the statistics include the diverged ones")
     return reduced
@@ -191,14 +191,12 @@ def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool) 
     """Make the chunks ``todo``; a chunk is listed complete once its data and fragment are stored
     (by its task where the store is a URL, else here). Returns their train moments."""
     layout, url = chunk_layout(manifest), (str(out) if isinstance(out, UrlRoot) else None)
-    train = manifest["splits"]["train"]
-    train_stop = train["start"] + train["count"]
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
     bar = tqdm(total=manifest["num_networks"], initial=done, unit="net", desc=f"{recipe.verb} {manifest['kind']}",
                disable=not progress, dynamic_ncols=True)
     moments = {}
     try:
-        jobs = (recipe.job(ChunkTarget(c, *chunk_bounds(manifest, c), train_stop, layout, url), device) for c in todo)
+        jobs = (recipe.job(ChunkTarget(c, *chunk_bounds(manifest, c), train_stop(manifest), layout, url), device) for c in todo)
         for result in executor.map_unordered(recipe.work, jobs):
             chunk = result["chunk"]
             if "fragment" in result:

@@ -29,7 +29,7 @@ from .location import read_files, store_root
 from .manifest import read_manifest
 from .reader import WeightStore, raw_layout
 from .stats import STD_FLOOR, TrainMoments, chunk_train_moments, reduce_moments, row_status
-from .writer import chunk_bounds, chunk_key, fragment_name, missing_chunks
+from .writer import chunk_bounds, chunk_key, fragment_name, missing_chunks, train_chunks, train_stop
 
 REMADE_BY_RERUN = ("chunk", "table", "statistics", "incomplete")
 
@@ -180,8 +180,7 @@ def _check_metadata(root, manifest: dict, found: Verification) -> None:
 def _check_chunks(store: WeightStore, found: Verification, keep_moments: bool, progress: bool) -> dict[int, pa.Table]:
     """Every finished chunk's files and fragment; returns the readable fragments' rows."""
     manifest = store.manifest
-    train = store.manifest["splits"]["train"]
-    train_stop = train["start"] + train["count"]
+    first_not_train = train_stop(manifest)
     chunks = sorted(manifest["complete_chunks"]) if manifest["status"] != STATUS_COMPLETE else range(manifest["num_chunks"])
     fragments, files, read_bytes, bad = {}, 0, 0, set()
     for c in tqdm(chunks, desc="verifying chunks", unit="chunk", disable=not progress, leave=False):
@@ -208,8 +207,8 @@ def _check_chunks(store: WeightStore, found: Verification, keep_moments: bool, p
             found.problems.append(Problem("chunk", f"{what}: {why}", c))
         if reasons:
             bad.add(c)
-        elif keep_moments and lo < train_stop:
-            found.moments[c] = chunk_train_moments(values, lo, train_stop, row_status(rows, lo, hi))
+        elif keep_moments and lo < first_not_train:
+            found.moments[c] = chunk_train_moments(values, lo, first_not_train, row_status(rows, lo, hi))
     found.checked.append(("chunks", f"{len(chunks) - len(bad)} of {len(chunks)} ok: {files} chunk files, "
                                     f"{read_bytes / 2**20:.1f} MiB read, "
                                     f"{'crc32c' if manifest['format_version'] >= 2 else 'sizes and NaN (v1: no checksums)'}; "
@@ -321,15 +320,14 @@ def _check_stats(store: WeightStore, table, found: Verification, recompute: bool
     except StoreError as exc:
         found.problems.append(Problem("statistics", str(exc)))
         return
-    train = store.manifest["splits"]["train"]
-    train_chunks = [c for c in range(store.num_chunks) if store.chunk_bounds(c)[0] < train["start"] + train["count"]]
+    chunks = train_chunks(store.manifest)
     if not recompute:
         found.checked.append(("statistics", f"{2 * len(stored)} arrays ok (not recomputed)"))
         return
-    if any(c not in found.moments for c in train_chunks):
+    if any(c not in found.moments for c in chunks):
         found.checked.append(("statistics", f"{2 * len(stored)} arrays readable; not recomputed: train chunks are damaged"))
         return
-    moments, _ = reduce_moments([found.moments[c] for c in train_chunks])
+    moments, _ = reduce_moments([found.moments[c] for c in chunks])
     std = moments.std()
     worst = 0.0
     for name, (mean, sd) in stored.items():

@@ -135,6 +135,17 @@ def chunk_bounds(manifest: dict, chunk: int) -> tuple[int, int]:
     return start, min(start + manifest["chunk_size"], manifest["num_networks"])
 
 
+def train_stop(manifest: dict) -> int:
+    """The train networks are those below this index (the train split comes first)."""
+    train = manifest["splits"]["train"]
+    return train["start"] + train["count"]
+
+
+def train_chunks(manifest: dict) -> list[int]:
+    """The chunks that hold train networks, in order: those the statistics are reduced from."""
+    return [c for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train_stop(manifest)]
+
+
 def write_chunk(root, chunk: int, params: dict[str, np.ndarray], rows: pa.Table, layout: dict | None = None) -> str:
     """Write one chunk's parameters and rows; returns the fragment's checksum. Safe to repeat: it
     overwrites the same cells. ``layout``: :func:`chunk_layout` (read from the store if not given)."""
