@@ -28,11 +28,13 @@ def cluster(s3_server):
             # notice a killed node within about a second and a half
             "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}}
     cluster = Cluster(initialize_head=True, head_node_args=head)
-    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    workers = [cluster.add_node(num_cpus=1, wait=False) for _ in range(2)]
     cluster.wait_for_nodes()
+    # one driver connection for the module: `zoo generate --address` joins it, and the nodes' workers
+    # (their imports take seconds) serve every test instead of starting again for each run
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     yield cluster, workers
-    if ray.is_initialized():
-        ray.shutdown()
+    ray.shutdown()
     cluster.shutdown()
 
 
@@ -48,12 +50,23 @@ def test_tasks_on_other_nodes_write_a_store_to_s3_equal_to_a_local_one(cluster, 
     url = f"{s3_bucket}/cluster"
     generate(GenerateOptions(out=url, address=c.address, workers=2, **TINY), **QUIET)
     assert_identical_stores(tiny_store, url)
-    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-    try:  # the driver's node had no CPU for a chunk task
-        here = ray.get_runtime_context().get_node_id()
-        assert [n["Resources"].get("CPU", 0) for n in ray.nodes() if n["NodeID"] == here] == [0]
-    finally:
-        ray.shutdown()
+    here = ray.get_runtime_context().get_node_id()  # the driver's node has no CPU for a chunk task
+    assert [n["Resources"].get("CPU", 0) for n in ray.nodes() if n["NodeID"] == here] == [0]
+    assert sum(n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]) == 2
+
+
+def test_classifier_images_reach_tasks_on_other_nodes_through_rays_object_store(cluster, tmp_path):
+    """The images are put once into the driver node's object store; tasks on the worker nodes
+    read them from there and hand their chunks back to the driver, which writes the folder."""
+    from clf_helpers import write_cifar_like
+
+    c, _ = cluster
+    data = write_cifar_like(tmp_path / "cifar-like", per_batch=30, n_test=60)
+    opts = dict(kind="cifar10-classifiers", data_root=str(data), source_options={"verify": False}, limit=6,
+                batch_size=16, steps=4, chunk_size=2, progress=False)
+    generate(GenerateOptions(out=str(tmp_path / "here"), **opts), **QUIET)
+    generate(GenerateOptions(out=str(tmp_path / "cluster"), address=c.address, workers=2, **opts), **QUIET)
+    assert_identical_stores(tmp_path / "here", tmp_path / "cluster")
 
 
 def test_a_run_survives_losing_a_worker_node(cluster, slow_reference, tmp_path):

@@ -148,4 +148,3 @@ def test_a_classifier_zoo_on_s3_equals_the_local_one(tmp_path, s3_bucket):
     generate(GenerateOptions(out=str(tmp_path / "local"), **opts), **QUIET)
     generate(GenerateOptions(out=f"{s3_bucket}/pairs", **opts), **QUIET)
     assert_identical_stores(tmp_path / "local", f"{s3_bucket}/pairs")
-    assert verify_store(f"{s3_bucket}/pairs").ok

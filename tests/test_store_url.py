@@ -83,3 +83,14 @@ def test_a_memory_url_is_refused_where_ray_workers_would_write_it():
     """memory:// lives in one process: Ray's workers would write into their own."""
     with pytest.raises(StoreError, match="Ray's workers cannot write"):
         generate(GenerateOptions(kind="sine-regression", out="memory://zoo", limit=4, workers=2, progress=False))
+
+
+def test_a_file_url_store_equals_the_folder_store(tmp_path):
+    """``file://`` is written through fsspec (chunk tasks write it themselves): the same files."""
+    from generate_helpers import assert_identical_stores
+
+    opts = dict(kind="sine-regression", limit=6, chunk_size=4, steps=2, progress=False)
+    generate(GenerateOptions(out=str(tmp_path / "folder"), **opts), log=lambda *_: None)
+    generate(GenerateOptions(out=(tmp_path / "url").as_uri(), **opts), log=lambda *_: None)
+    assert_identical_stores(tmp_path / "folder", (tmp_path / "url").as_uri())
+    assert not [p for p in (tmp_path / "url").rglob("*") if ".tmp" in p.name]

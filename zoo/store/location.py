@@ -134,13 +134,6 @@ def store_root(root: str | Path | UrlRoot) -> Path | UrlRoot:
     return UrlRoot(root) if is_url(root) else Path(root)
 
 
-def require_local(root, action: str) -> Path:
-    """``root`` as a local folder, or a clear error for a URL."""
-    if is_url(root):
-        raise StoreError(f"cannot {action} {root}: this works on local folders only")
-    return Path(root)
-
-
 def put_file(target: Path | UrlRoot, data: bytes) -> None:
     """Replace ``target`` whole, so that a reader (or a rerun after a crash) never sees a part of it.
 
