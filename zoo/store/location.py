@@ -134,6 +134,14 @@ def store_root(root: str | Path | UrlRoot) -> Path | UrlRoot:
     return UrlRoot(root) if is_url(root) else Path(root)
 
 
+def zarr_location(root: Path | UrlRoot) -> str:
+    """What to hand zarr for ``root``: the URL, except ``file://``, which zarr's fsspec store writes
+    without creating folders: that is a local path."""
+    if isinstance(root, UrlRoot) and _is_local(root.fs):
+        return root.path
+    return str(root)
+
+
 def put_file(target: Path | UrlRoot, data: bytes) -> None:
     """Replace ``target`` whole, so that a reader (or a rerun after a crash) never sees a part of it.
 

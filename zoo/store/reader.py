@@ -23,7 +23,7 @@ from .format import (
     IncompleteStoreError,
     StoreError,
 )
-from .location import UrlRoot, store_root
+from .location import UrlRoot, store_root, zarr_location
 from .manifest import read_manifest
 from .stats import STD_FLOOR
 from .writer import arrays_root, chunk_bounds, chunk_key, missing_chunks, missing_fragments, read_table
@@ -47,7 +47,7 @@ class WeightStore:
             )
         self.arrays = arrays_root(self.root, self.manifest)  # the Zarr group's folder or URL
         try:
-            self.group = zarr.open_group(str(self.arrays), mode="r", zarr_format=3, use_consolidated=False)
+            self.group = zarr.open_group(zarr_location(self.arrays), mode="r", zarr_format=3, use_consolidated=False)
         except Exception as exc:  # zarr raises several types for a missing/damaged group
             raise StoreError(f"{self.root}: cannot open the Zarr group at {self.arrays} ({exc}); "
                              f"{REPAIR_HINT}") from exc

@@ -22,6 +22,7 @@ import pyarrow as pa
 import zarr
 
 from .format import STATS_GROUP, array_codecs, arrays_path
+from .location import zarr_location
 from .writer import arrays_root, record_metadata
 
 STD_FLOOR = 1e-8  # entries that never vary are divided by 1 instead of ~0
@@ -109,7 +110,7 @@ def reduce_moments(parts: list[TrainMoments]) -> tuple[Moments, bool]:
 def write_stats(root, moments: Moments, manifest: dict) -> dict:
     """Store ``<name>_mean`` and ``<name>_std`` arrays and record their metadata's checksums in
     ``manifest``; returns the manifest entry describing them."""
-    group = zarr.open_group(str(arrays_root(root, manifest)), mode="r+", zarr_format=3,
+    group = zarr.open_group(zarr_location(arrays_root(root, manifest)), mode="r+", zarr_format=3,
                             use_consolidated=False).require_group(STATS_GROUP)
     std = moments.std()
     nodes = {STATS_GROUP: group}

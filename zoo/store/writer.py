@@ -42,7 +42,7 @@ from .format import (
     fragment_name,
     parameter_shapes,
 )
-from .location import is_empty, put_file, remove_tree, store_root
+from .location import is_empty, put_file, remove_tree, store_root, zarr_location
 from .manifest import read_manifest, write_manifest
 
 LAYOUT_KEYS = ("format_version", "arrays", "num_networks", "chunk_size", "parameters")
@@ -88,7 +88,7 @@ def create_store(
         "checksums": {"algorithm": ALGORITHM, "files": {}},
         **metadata,
     }
-    group = zarr.open_group(str(arrays_root(root, manifest)), mode="w", zarr_format=3)
+    group = zarr.open_group(zarr_location(arrays_root(root, manifest)), mode="w", zarr_format=3)
     nodes = {"": group}
     for name, shape in shapes.items():
         nodes[name] = group.create_array(
@@ -162,7 +162,7 @@ def write_chunk(root, chunk: int, params: dict[str, np.ndarray], rows: pa.Table,
         if not np.isfinite(values).all():
             raise StoreError(f"chunk {chunk}: {name} contains NaN or inf; refusing to store it")
         checked[name] = values
-    arrays = _open_arrays(str(arrays_root(root, layout)), json.dumps(layout, sort_keys=True))
+    arrays = _open_arrays(zarr_location(arrays_root(root, layout)), json.dumps(layout, sort_keys=True))
     for name, values in checked.items():
         arrays[name][start:stop] = values
     return write_table(rows, root / fragment_name(chunk))
@@ -195,7 +195,7 @@ def reopen_chunks(root, manifest: dict, chunks) -> dict:
     root = store_root(root)
     chunks = sorted(int(c) for c in chunks)
     if chunks:
-        group = zarr.open_group(str(arrays_root(root, manifest)), mode="r", zarr_format=3, use_consolidated=False)
+        group = zarr.open_group(zarr_location(arrays_root(root, manifest)), mode="r", zarr_format=3, use_consolidated=False)
         for name in manifest["parameters"]:  # a damaged file must not be read back by a partial write
             for c in chunks:
                 (arrays_root(root, manifest) / name / chunk_key(group[name], c)).unlink(missing_ok=True)
