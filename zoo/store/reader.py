@@ -58,7 +58,7 @@ class WeightStore:
     def _check_arrays(self) -> None:
         n = self.manifest["num_networks"]
         for name, shape in self.manifest["parameters"].items():
-            arr = self._arrays.get(name)
+            arr = self.arrays_of.get(name)
             if arr is None:
                 raise StoreError(f"{self.root}: array {name} listed in the manifest is missing")
             if tuple(arr.shape) != (n, *shape):
@@ -98,7 +98,7 @@ class WeightStore:
         damaged: dict[int, list[str]] = {}
         listing = self._listing()
         for name in self.parameter_names:
-            arr = self._arrays[name]
+            arr = self.arrays_of[name]
             size_of = self._stored(name, listing)
             if size_of is None:  # this URL cannot be listed: leave it to read()
                 return {}
@@ -186,8 +186,8 @@ class WeightStore:
 
     # ------------------------------------------------------------------ data
     @cached_property
-    def _arrays(self) -> dict:
-        """Parameter array handles, opened once (a missing one is left out)."""
+    def arrays_of(self) -> dict:
+        """``{name: zarr array}`` of the parameters, opened once (a missing one is left out)."""
         arrays = {}
         for name in self.parameter_names:
             try:
@@ -204,7 +204,7 @@ class WeightStore:
         chunk file that is gone).
         """
         out = {}
-        for name, arr in self._arrays.items():
+        for name, arr in self.arrays_of.items():
             try:
                 values = arr[start:stop]
             except (ValueError, TypeError, IndexError, KeyError) as exc:  # not OSError: I/O is not damage
@@ -233,7 +233,7 @@ class WeightStore:
                        else f"cannot be decoded: {exc}. The chunk file is truncated or overwritten")
                 return DamagedStoreError(
                     f"{self.root} is damaged: array {name}, chunk {c} (networks {lo}..{hi - 1}, file "
-                    f"{self._file(name, arr, c)}) {why}; {REPAIR_HINT}"
+                    f"{self.chunk_file(name, c)}) {why}; {REPAIR_HINT}"
                 )
         return None
 
@@ -241,7 +241,7 @@ class WeightStore:
         bad = np.flatnonzero(np.isnan(values.reshape(len(values), -1)).any(axis=1)) + start
         rows = _storage_chunks(arr)[0]
         chunks = sorted({int(i) // rows for i in bad})
-        files = ", ".join(self._file(name, arr, c) for c in chunks[:5])
+        files = ", ".join(self.chunk_file(name, c) for c in chunks[:5])
         return DamagedStoreError(
             f"{self.root} is damaged: array {name} holds NaN for {len(bad)} network(s) "
             f"({_ranges(bad)}; chunk(s) {chunks[:5]}{' ...' if len(chunks) > 5 else ''}, file(s) {files}). "
@@ -249,9 +249,9 @@ class WeightStore:
             f"{REPAIR_HINT}"
         )
 
-    def _file(self, name: str, arr, chunk: int) -> str:
-        """Store-relative name of the file of ``name``'s chunk ``chunk``."""
-        return "/".join(p for p in (self.arrays_path, name, chunk_key(arr, chunk)) if p)
+    def chunk_file(self, name: str, chunk: int) -> str:
+        """Store-relative name of the file of parameter ``name``'s chunk ``chunk``."""
+        return "/".join(p for p in (self.arrays_path, name, chunk_key(self.arrays_of[name], chunk)) if p)
 
     @property
     def arrays_path(self) -> str:

@@ -137,8 +137,8 @@ def verify_store(root, *, recompute_stats: bool = True, moments: bool = False, p
     keep_moments = moments or (recompute_stats and complete)
     fragments = _check_chunks(store, found, keep_moments, progress)
     if complete:
-        table = _check_table(store, fragments, found)
-        _check_stats(store, table, found, recompute_stats)
+        _check_table(store, fragments, found)
+        _check_stats(store, found, recompute_stats)
     else:
         missing = missing_chunks(manifest)
         found.problems.append(Problem("incomplete", f"{len(missing)} of {manifest['num_chunks']} chunks are "
@@ -186,7 +186,7 @@ def _check_chunks(store: WeightStore, found: Verification, keep_moments: bool, p
     for c in tqdm(chunks, desc="verifying chunks", unit="chunk", disable=not progress, leave=False):
         lo, hi = chunk_bounds(manifest, c)
         what = f"chunk {c} (networks {lo}..{hi - 1})"
-        arrays = [store._arrays[name] for name in store.parameter_names]
+        arrays = [store.arrays_of[name] for name in store.parameter_names]
         paths = [store.arrays / name / chunk_key(arr, c) for name, arr in zip(store.parameter_names, arrays)]
         blobs = read_files(paths + [store.root / fragment_name(c)])
         values, reasons = {}, []
@@ -218,7 +218,7 @@ def _check_chunks(store: WeightStore, found: Verification, keep_moments: bool, p
 
 def _chunk_values(store, name, arr, chunk, lo, hi, blob) -> tuple[np.ndarray | None, str | None]:
     """The values of one chunk file and ``None``, or ``None`` and what is wrong with it."""
-    file = store._file(name, arr, chunk)
+    file = store.chunk_file(name, chunk)
     if blob is None:
         return None, f"{file} is missing"
     layout = raw_layout(arr)
@@ -256,7 +256,7 @@ def _fragment(store, chunk, lo, hi, data) -> tuple[pa.Table | None, str | None]:
     return rows, None
 
 
-def _check_table(store: WeightStore, fragments: dict[int, pa.Table], found: Verification) -> pa.Table | None:
+def _check_table(store: WeightStore, fragments: dict[int, pa.Table], found: Verification) -> None:
     manifest, path = store.manifest, store.root / NETWORKS_TABLE
     try:
         data = path.read_bytes()
@@ -277,11 +277,10 @@ def _check_table(store: WeightStore, fragments: dict[int, pa.Table], found: Veri
         why = _table_disagrees(table, manifest, fragments)
     if why:
         found.problems.append(Problem("table", why))
-        return None
+        return
     found.checked.append(("table", f"{NETWORKS_TABLE} ok ({table.num_rows} rows"
                                    f"{', crc32c' if expected else ''}; splits as the manifest says"
                                    f"{'; equal to the fragments' if len(fragments) == manifest['num_chunks'] else ''})"))
-    return table
 
 
 def _table_disagrees(table: pa.Table, manifest: dict, fragments: dict[int, pa.Table]) -> str | None:
@@ -314,7 +313,7 @@ def _same_rows(a: pa.Table, b: pa.Table) -> bool:
     return True
 
 
-def _check_stats(store: WeightStore, table, found: Verification, recompute: bool) -> None:
+def _check_stats(store: WeightStore, found: Verification, recompute: bool) -> None:
     try:
         stored = store.stats()
     except StoreError as exc:
