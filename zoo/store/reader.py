@@ -14,7 +14,6 @@ import zarr
 
 from .format import (
     FRAGMENTS_DIR,
-    arrays_path,
     NETWORKS_TABLE,
     REPAIR_HINT,
     STATS_GROUP,
@@ -22,6 +21,7 @@ from .format import (
     DamagedStoreError,
     IncompleteStoreError,
     StoreError,
+    arrays_path,
 )
 from .location import UrlRoot, store_root, zarr_location
 from .manifest import read_manifest
@@ -45,11 +45,11 @@ class WeightStore:
                 f"{self.root} is incomplete: {len(missing)} of {self.manifest['num_chunks']} chunks "
                 f"missing (first: {missing[:5]}); rerun the same `zoo generate` command to finish it"
             )
-        self.arrays = arrays_root(self.root, self.manifest)  # the Zarr group's folder or URL
+        self.zarr_root = arrays_root(self.root, self.manifest)  # the Zarr group's folder or URL
         try:
-            self.group = zarr.open_group(zarr_location(self.arrays), mode="r", zarr_format=3, use_consolidated=False)
+            self.group = zarr.open_group(zarr_location(self.zarr_root), mode="r", zarr_format=3, use_consolidated=False)
         except Exception as exc:  # zarr raises several types for a missing/damaged group
-            raise StoreError(f"{self.root}: cannot open the Zarr group at {self.arrays} ({exc}); "
+            raise StoreError(f"{self.root}: cannot open the Zarr group at {self.zarr_root} ({exc}); "
                              f"{REPAIR_HINT}") from exc
         self._check_arrays()
         if check_chunks and self.manifest.get("status") == STATUS_COMPLETE:
@@ -58,7 +58,7 @@ class WeightStore:
     def _check_arrays(self) -> None:
         n = self.manifest["num_networks"]
         for name, shape in self.manifest["parameters"].items():
-            arr = self.arrays_of.get(name)
+            arr = self.parameter_arrays.get(name)
             if arr is None:
                 raise StoreError(f"{self.root}: array {name} listed in the manifest is missing")
             if tuple(arr.shape) != (n, *shape):
@@ -98,7 +98,7 @@ class WeightStore:
         damaged: dict[int, list[str]] = {}
         listing = self._listing()
         for name in self.parameter_names:
-            arr = self.arrays_of[name]
+            arr = self.parameter_arrays[name]
             size_of = self._stored(name, listing)
             if size_of is None:  # this URL cannot be listed: leave it to read()
                 return {}
@@ -119,13 +119,13 @@ class WeightStore:
     def _listing(self) -> dict | None:
         """``{key: size}`` of every object under the Zarr group of a URL store, in one listing
         (``None``: a local folder, or a URL that cannot be listed)."""
-        return self.arrays.sizes() if isinstance(self.arrays, UrlRoot) else None
+        return self.zarr_root.sizes() if isinstance(self.zarr_root, UrlRoot) else None
 
     def _stored(self, name: str, listing: dict | None = None):
         """``key -> size in bytes`` of the objects stored under array ``name`` (``None``: not
         stored; ``-1``: stored, size unknown), or ``None`` when the store cannot be listed.
         ``listing``: :meth:`_listing`, for URL stores (listed here if not given)."""
-        base = self.arrays / name
+        base = self.zarr_root / name
         if isinstance(base, UrlRoot):
             listing = self._listing() if listing is None else listing
             prefix = f"{name}/"
@@ -186,7 +186,7 @@ class WeightStore:
 
     # ------------------------------------------------------------------ data
     @cached_property
-    def arrays_of(self) -> dict:
+    def parameter_arrays(self) -> dict:
         """``{name: zarr array}`` of the parameters, opened once (a missing one is left out)."""
         arrays = {}
         for name in self.parameter_names:
@@ -204,7 +204,7 @@ class WeightStore:
         chunk file that is gone).
         """
         out = {}
-        for name, arr in self.arrays_of.items():
+        for name, arr in self.parameter_arrays.items():
             try:
                 values = arr[start:stop]
             except (ValueError, TypeError, IndexError, KeyError) as exc:  # not OSError: I/O is not damage
@@ -251,7 +251,7 @@ class WeightStore:
 
     def chunk_file(self, name: str, chunk: int) -> str:
         """Store-relative name of the file of parameter ``name``'s chunk ``chunk``."""
-        return "/".join(p for p in (self.arrays_path, name, chunk_key(self.arrays_of[name], chunk)) if p)
+        return "/".join(p for p in (self.arrays_path, name, chunk_key(self.parameter_arrays[name], chunk)) if p)
 
     @property
     def arrays_path(self) -> str:

@@ -186,8 +186,8 @@ def _check_chunks(store: WeightStore, found: Verification, keep_moments: bool, p
     for c in tqdm(chunks, desc="verifying chunks", unit="chunk", disable=not progress, leave=False):
         lo, hi = chunk_bounds(manifest, c)
         what = f"chunk {c} (networks {lo}..{hi - 1})"
-        arrays = [store.arrays_of[name] for name in store.parameter_names]
-        paths = [store.arrays / name / chunk_key(arr, c) for name, arr in zip(store.parameter_names, arrays)]
+        arrays = [store.parameter_arrays[name] for name in store.parameter_names]
+        paths = [store.zarr_root / name / chunk_key(arr, c) for name, arr in zip(store.parameter_names, arrays)]
         blobs = read_files(paths + [store.root / fragment_name(c)])
         values, reasons = {}, []
         for name, arr, blob in zip(store.parameter_names, arrays, blobs):
