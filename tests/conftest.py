@@ -12,7 +12,71 @@ def tiny_store(tmp_path_factory):
     """A small complete INR store of sklearn's 8x8 digits (fast to fit, real images)."""
     from zoo.generate.run import GenerateOptions, generate
 
+    from generate_helpers import TINY
+
     out = tmp_path_factory.mktemp("stores") / "digits"
-    generate(GenerateOptions(kind="mnist-inr", out=str(out), dataset="digits", limit=60, chunk_size=16,
-                             steps=60, lr=1e-3, progress=False), log=lambda *_: None)
+    generate(GenerateOptions(out=str(out), **TINY), log=lambda *_: None)
     return out
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server (moto's server mode, its own process) on 127.0.0.1 for the whole
+    session; returns its endpoint. The environment points every S3 client (boto3, s3fs, zarr, Ray
+    workers started later) at it with dummy credentials, so no test uses AWS credentials or leaves
+    this machine."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    server, endpoint = _start_moto()
+    with pytest.MonkeyPatch.context() as env:
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL_S3"):
+            env.delenv(name, raising=False)
+        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+                            "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                            "AWS_EC2_METADATA_DISABLED": "true",
+                            "NO_PROXY": ",".join(filter(None, ["127.0.0.1", os.environ.get("NO_PROXY")]))}.items():
+            env.setenv(name, value)  # (and no proxy between the clients and the loopback server)
+        yield endpoint
+    server.terminate()
+    server.wait()
+
+
+def _start_moto():
+    """``python -m moto.server`` on a free loopback port (in its own process: several times faster
+    than in a thread of this one, which holds the GIL most of the time)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    for _ in range(3):  # another process may take the port between probing and binding it
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        endpoint = f"http://127.0.0.1:{port}"
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while time.time() < deadline and server.poll() is None:
+            try:
+                urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"{endpoint}/moto-api/", timeout=1)
+                return server, endpoint
+            except OSError:
+                time.sleep(0.1)
+        server.kill()
+        server.wait()
+    raise RuntimeError("could not start moto's S3 server on 127.0.0.1")
+
+
+@pytest.fixture()
+def s3_bucket(s3_server):
+    """A fresh bucket on the loopback S3 server; yields its ``s3://`` URL."""
+    import uuid
+
+    import boto3
+
+    name = f"zoo-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    yield f"s3://{name}"

@@ -307,7 +307,7 @@ NUMPY_EVALUATION = textwrap.dedent("""
     root = sys.argv[1]
     manifest = json.load(open(f"{root}/manifest.json"))
     arch, inp = manifest["architecture"], manifest["architecture"]["input"]
-    group = zarr.open_group(root, mode="r")
+    group = zarr.open_group(f"{root}/{manifest['arrays']}", mode="r")  # format v2: the Zarr group is arrays/
     rows = pq.read_table(f"{root}/networks.parquet").to_pydict()
     files = {f["name"]: f["path"] for f in manifest["source"]["files"]}
 

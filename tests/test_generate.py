@@ -26,8 +26,10 @@ def assert_same_store(a, b):
         np.testing.assert_array_equal(pa[name], pb[name])
     assert ta["index"] == tb["index"] and ta["split"] == tb["split"]
     np.testing.assert_array_equal(ta["psnr"], tb["psnr"])
-    for name, (mean, std) in WeightStore(a).stats().items():
-        np.testing.assert_allclose(mean, WeightStore(b).stats()[name][0], rtol=1e-6)
+    stats_b = WeightStore(b).stats()
+    for name, (mean, std) in WeightStore(a).stats().items():  # bit for bit: reduced in chunk order (issue 21)
+        np.testing.assert_array_equal(mean, stats_b[name][0])
+        np.testing.assert_array_equal(std, stats_b[name][1])
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,7 @@ def test_resume_of_a_store_with_other_init_ranges_is_refused(tmp_path):
     generate(opts, log=lambda *_: None)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["architecture"]["init_ranges"][0]["weight"] == pytest.approx(3 ** 0.5 / 30)
-    del manifest["architecture"]["init_ranges"]
+    del manifest["architecture"]["init_ranges"], manifest["checksum"]  # such stores had no checksum either
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(StoreError, match="different settings"):
         generate(opts, log=lambda *_: None)
@@ -95,7 +97,7 @@ def test_siren_store_from_before_the_init_ranges_still_resumes(reference_store, 
     shutil.copytree(reference_store, out)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["architecture"]["init"] == "siren"
-    del manifest["architecture"]["init_ranges"]
+    del manifest["architecture"]["init_ranges"], manifest["checksum"]  # such stores had no checksum either
     (out / "manifest.json").write_text(json.dumps(manifest))
     logs = []
     generate(GenerateOptions(out=str(out), **SMALL), log=logs.append)

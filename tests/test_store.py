@@ -9,14 +9,14 @@ import pytest
 import zarr
 
 from zoo.inspect import decode
-from zoo.store import IncompleteStoreError, StoreError, StoreVersionError, WeightStore
+from zoo.store import DamagedStoreError, IncompleteStoreError, StoreError, StoreVersionError, WeightStore
 from zoo.store.manifest import read_manifest, write_manifest
 
 
 def test_round_trip_matches_fitted_rows(tiny_store):
     store = WeightStore(tiny_store)
     m = store.manifest
-    assert m["status"] == "complete" and m["format_version"] == 1
+    assert m["status"] == "complete" and m["format_version"] == 2
     assert sum(s["count"] for s in m["splits"].values()) == store.num_networks == 60
     table = store.networks.to_pydict()
     assert table["index"] == list(range(60))
@@ -43,7 +43,7 @@ def test_normalization_statistics_are_train_split_moments(tiny_store):
 def test_decode_with_numpy_zarr_pyarrow_only(tiny_store):
     """What another lab does without our code: read manifest, arrays and table, rebuild an image."""
     manifest = json.loads((tiny_store / "manifest.json").read_text())
-    group = zarr.open_group(str(tiny_store), mode="r")
+    group = zarr.open_group(str(tiny_store / manifest["arrays"]), mode="r")
     table = pq.read_table(tiny_store / "networks.parquet").to_pydict()
     arch = manifest["architecture"]
     h, w, c = manifest["source"]["image_shape"]
@@ -116,6 +116,11 @@ def test_truncated_table_is_refused(tiny_store, tmp_path):
     root = _copy(tiny_store, tmp_path)
     table = pq.read_table(root / "networks.parquet")
     pq.write_table(table.slice(0, 10), root / "networks.parquet")
+    with pytest.raises(DamagedStoreError, match="networks.parquet fails its crc32c checksum"):
+        WeightStore(root).networks
+    m = read_manifest(root)  # without the checksum (a store written before format v2): the row count
+    del m["checksums"]["files"]["networks.parquet"]
+    write_manifest(root, m)
     with pytest.raises(StoreError, match="10 rows"):
         WeightStore(root).networks
 
@@ -188,6 +193,7 @@ def test_the_table_records_which_fitting_step_fitted_each_network(tiny_store, tm
     manifest = read_manifest(copy)
     old = copy / fragment_name(0)
     pq.write_table(pq.read_table(old).drop_columns(["fit_step"]), old)
+    del manifest["checksums"]["files"][fragment_name(0)]  # written before checksums were recorded
     merged = consolidate_rows(copy, manifest)
     first = manifest["chunk_size"]
     assert merged.column("fit_step").null_count == first

@@ -1,5 +1,6 @@
-"""Damaged stores (chunk files deleted or truncated, table gone) are refused by name, never read
-as NaN; the manifest is as readable as every other file."""
+"""Damaged stores (chunk files deleted, truncated or with flipped bits, table gone or changed,
+manifest changed) are refused by name, never read as NaN; the manifest is as readable as every
+other file."""
 
 import os
 import shutil
@@ -18,7 +19,8 @@ import cli
 from zoo.store import DamagedStoreError, StoreError, WeightStore, rebuild_networks_table
 from zoo.store.manifest import read_manifest, write_manifest
 
-CHUNK = "W2/c/1/0/0"  # networks 16..31 of W2 (tiny_store: 60 networks in chunks of 16)
+CHUNK = "arrays/W2/c/1/0/0"  # networks 16..31 of W2 (tiny_store: 60 networks in chunks of 16)
+CHUNK_BYTES = 16 * 32 * 32 * 4 + 4  # values + crc32c
 
 
 @pytest.fixture()
@@ -39,7 +41,7 @@ def memory_store(tiny_store):
 
 def _says_damaged(message: str, root) -> None:
     assert str(root) in message and "damaged" in message
-    assert ("regenerate" in message or "refits exactly those chunks" in message) and "from a copy" in message
+    assert "rerun the `zoo generate` command that made it" in message and "from a copy" in message
 
 
 # --------------------------------------------------------------------------- missing chunk
@@ -49,7 +51,7 @@ def test_missing_chunk_is_refused_when_opening(store):
         WeightStore(store)
     msg = str(err.value)
     _says_damaged(msg, store)
-    assert "chunk 1: file W2/c/1/0/0 missing (networks 16..31)" in msg and "NaN" in msg
+    assert f"chunk 1: file {CHUNK} missing (networks 16..31)" in msg and "NaN" in msg
 
 
 def test_missing_chunk_is_refused_by_zoo_info(store):
@@ -62,21 +64,21 @@ def test_missing_chunk_is_refused_by_zoo_info(store):
 def test_missing_chunk_is_refused_when_opening_a_url(memory_store):
     fs, path, url = memory_store
     fs.rm(f"{path}/{CHUNK}")
-    with pytest.raises(DamagedStoreError, match="chunk 1: file W2/c/1/0/0 missing \\(networks 16..31\\)"):
+    with pytest.raises(DamagedStoreError, match=f"chunk 1: file {CHUNK} missing \\(networks 16..31\\)"):
         WeightStore(url)
 
 
 def test_missing_chunk_is_refused_when_reading(store):
     opened = WeightStore(store)  # intact when opened
     (store / CHUNK).unlink()
-    (store / "W2/c/3/0/0").unlink()
+    (store / "arrays/W2/c/3/0/0").unlink()
     assert np.isfinite(opened.read(0, 16)["W2"]).all()  # chunk 0 is fine
     with pytest.raises(DamagedStoreError) as err:
         opened.read(0, 60)
     msg = str(err.value)
     _says_damaged(msg, store)
     assert "array W2 holds NaN for 28 network(s) (networks 16..31, 48..59" in msg
-    assert "W2/c/1/0/0, W2/c/3/0/0" in msg
+    assert "arrays/W2/c/1/0/0, arrays/W2/c/3/0/0" in msg
     with pytest.raises(DamagedStoreError, match="networks 20..21"):
         opened.read(20, 22)
 
@@ -98,7 +100,7 @@ def test_read_refuses_nan_where_the_url_cannot_be_listed(memory_store, monkeypat
 
 def test_nan_written_into_a_chunk_is_refused_when_reading(store):
     """A chunk overwritten with NaN by another tool (not through the writer, which refuses NaN)."""
-    zarr.open_group(str(store), mode="r+")["b3"][40] = np.nan
+    zarr.open_group(str(store / "arrays"), mode="r+")["b3"][40] = np.nan
     opened = WeightStore(store)  # every file is there, at its size
     with pytest.raises(DamagedStoreError, match="array b3 holds NaN for 1 network\\(s\\) \\(networks 40;"):
         opened.read(32, 48)
@@ -110,10 +112,10 @@ def test_truncated_chunk_is_refused_when_opening(store, memory_store):
     with pytest.raises(DamagedStoreError) as err:
         WeightStore(store)
     _says_damaged(str(err.value), store)
-    assert "chunk 1: file W2/c/1/0/0 100 bytes instead of 65536 (networks 16..31)" in str(err.value)
+    assert f"chunk 1: file {CHUNK} 100 bytes instead of {CHUNK_BYTES} (networks 16..31)" in str(err.value)
     fs, path, url = memory_store
     fs.pipe_file(f"{path}/{CHUNK}", fs.cat_file(f"{path}/{CHUNK}")[:100])
-    with pytest.raises(DamagedStoreError, match="100 bytes instead of 65536"):
+    with pytest.raises(DamagedStoreError, match=f"100 bytes instead of {CHUNK_BYTES}"):
         WeightStore(url)
 
 
@@ -125,7 +127,7 @@ def test_truncated_chunk_is_refused_when_reading(store):
             opened.read(start, stop)
         msg = str(err.value)
         _says_damaged(msg, store)
-        assert "array W2, chunk 1 (networks 16..31, file W2/c/1/0/0) cannot be decoded" in msg
+        assert f"array W2, chunk 1 (networks 16..31, file {CHUNK}) fails its crc32c checksum" in msg
         assert "truncated" in msg
         assert isinstance(err.value.__cause__, ValueError)  # zarr's own error stays chained
     assert opened.read(0, 16)["W2"].shape == (16, 32, 32)
@@ -135,8 +137,8 @@ def test_truncated_chunk_is_refused_when_reading(store):
 
 # --------------------------------------------------------------------------- statistics
 def test_missing_statistics_chunk_is_refused(store):
-    (store / "stats/W1_mean/c/0/0").unlink()  # would read back as 0, a plausible mean
-    with pytest.raises(DamagedStoreError, match="stats/W1_mean/c/0/0 is missing"):
+    (store / "arrays/stats/W1_mean/c/0/0").unlink()  # would read back as 0, a plausible mean
+    with pytest.raises(DamagedStoreError, match="arrays/stats/W1_mean/c/0/0 is missing"):
         WeightStore(store).stats()
 
 
@@ -151,12 +153,12 @@ def test_manifest_mode_follows_the_umask(store, umask):
         os.umask(old)
     mode = stat.S_IMODE((store / "manifest.json").stat().st_mode)
     assert mode == 0o666 & ~umask == stat.S_IMODE((store / "probe").stat().st_mode)
-    assert not [p for p in store.iterdir() if p.name.startswith(".manifest-")]  # no temporary left
+    assert not [p for p in store.iterdir() if p.name.endswith(".tmp")]  # no temporary left
 
 
 def test_generated_manifest_is_as_readable_as_the_arrays(tiny_store):
     mode = stat.S_IMODE((tiny_store / "manifest.json").stat().st_mode)
-    assert mode == stat.S_IMODE((tiny_store / "zarr.json").stat().st_mode)
+    assert mode == stat.S_IMODE((tiny_store / "arrays/zarr.json").stat().st_mode)
 
 
 # -------------------------------------------------------------------------- networks table
@@ -167,8 +169,8 @@ def test_missing_table_says_how_to_rebuild_it_from_fragments(store):
         WeightStore(store).networks
     msg = str(err.value)
     assert "networks.parquet is missing" in msg and "fragments/" in msg
-    assert f"rebuild_networks_table('{store}')" in msg and "does not" in msg  # rerunning generate does not
-    rebuild_networks_table(store)  # what the message says to run
+    assert f"rebuild_networks_table('{store}')" in msg and f"zoo verify {store}" in msg
+    rebuild_networks_table(store)  # what the message says to run (or rerun generate: test_store_verify.py)
     pd.testing.assert_frame_equal(pq.read_table(store / "networks.parquet").to_pandas(), before.to_pandas())
     assert WeightStore(store).networks.schema == before.schema
 
@@ -185,14 +187,21 @@ def test_missing_table_without_fragments_says_to_regenerate(store):
         rebuild_networks_table(store)
 
 
-def test_rebuild_refuses_an_incomplete_store_and_a_url(store):
+def test_rebuild_refuses_an_incomplete_store(store):
     m = read_manifest(store)
     m["status"] = "in_progress"
     write_manifest(store, m)
     with pytest.raises(StoreError, match="not complete"):
         rebuild_networks_table(store)
-    with pytest.raises(StoreError, match="local folders only"):
-        rebuild_networks_table("memory://zoo")
+
+
+def test_rebuild_works_on_a_url(tiny_store, memory_store):
+    fs, path, url = memory_store
+    fs.rm(f"{path}/networks.parquet")
+    with pytest.raises(DamagedStoreError, match="networks.parquet is missing"):
+        WeightStore(url).networks
+    rebuild_networks_table(url)
+    assert WeightStore(url).networks.to_pandas().equals(WeightStore(tiny_store).networks.to_pandas())
 
 
 # --------------------------------------------------------------------------- repair
@@ -203,15 +212,16 @@ def test_rerunning_generate_refits_exactly_the_damaged_chunks(tiny_store, store)
     from zoo.generate.run import GenerateOptions, generate
 
     (store / CHUNK).unlink()
-    os.truncate(store / "b1/c/3/0", 10)
+    os.truncate(store / "arrays/b1/c/3/0", 10)
     logs = []
     generate(GenerateOptions(kind="mnist-inr", out=str(store), dataset="digits", limit=60, chunk_size=16,
                              steps=60, lr=1e-3, progress=False), log=logs.append)
-    assert any("2 chunk(s) have missing or truncated files" in line and "refitting" in line for line in logs)
-    assert any("1 of 4 chunks left" in line or "2 of 4 chunks left" in line for line in logs)
+    assert any(f"chunk 1 (networks 16..31): {CHUNK} is missing" in line and "refitting 2 chunk(s)" in line
+               for line in logs), logs
+    assert any("2 of 4 chunks left" in line for line in logs)
     fixed, original = WeightStore(store), WeightStore(tiny_store)
     for name, values in original.read(0, original.num_networks).items():
         assert np.array_equal(fixed.read(0, fixed.num_networks)[name], values), name
     assert fixed.networks.to_pandas().equals(original.networks.to_pandas())  # (pandas: NaN equals NaN)
-    for name, (mean, std) in original.stats().items():
-        assert np.allclose(fixed.stats()[name][0], mean) and np.allclose(fixed.stats()[name][1], std)
+    for name, (mean, std) in original.stats().items():  # bit for bit: the reduction runs in chunk order
+        assert np.array_equal(fixed.stats()[name][0], mean) and np.array_equal(fixed.stats()[name][1], std)

@@ -67,12 +67,30 @@ def test_url_stores_get_the_same_checks(memory_copy):
         WeightStore("nosuchprotocol://bucket/zoo")
 
 
-def test_cli_reads_urls_and_refuses_to_write_to_one(memory_copy):
+def test_cli_reads_and_writes_urls(memory_copy):
     runner = CliRunner()
     result = runner.invoke(cli.main, ["info", memory_copy])
     assert result.exit_code == 0, result.output
     assert memory_copy in result.output and "complete" in result.output
-    result = runner.invoke(cli.main, ["generate", "sine-regression", "--out", "memory://new-zoo", "--limit", "4"])
-    assert result.exit_code == 2 and "local folders only" in result.output
-    with pytest.raises(StoreError, match="local folders only"):
-        generate(GenerateOptions(kind="sine-regression", out="s3://bucket/zoo", limit=4, progress=False))
+    url = f"memory://zoo-{uuid.uuid4().hex}"
+    result = runner.invoke(cli.main, ["generate", "sine-regression", "--out", url, "--limit", "4", "--steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert WeightStore(url).num_networks == 4
+    fsspec.filesystem("memory").rm(url.split("://")[1], recursive=True)
+
+
+def test_a_memory_url_is_refused_where_ray_workers_would_write_it():
+    """memory:// lives in one process: Ray's workers would write into their own."""
+    with pytest.raises(StoreError, match="Ray's workers cannot write"):
+        generate(GenerateOptions(kind="sine-regression", out="memory://zoo", limit=4, workers=2, progress=False))
+
+
+def test_a_file_url_store_equals_the_folder_store(tmp_path):
+    """``file://`` is written through fsspec (chunk tasks write it themselves): the same files."""
+    from generate_helpers import assert_identical_stores
+
+    opts = dict(kind="sine-regression", limit=6, chunk_size=4, steps=2, progress=False)
+    generate(GenerateOptions(out=str(tmp_path / "folder"), **opts), log=lambda *_: None)
+    generate(GenerateOptions(out=(tmp_path / "url").as_uri(), **opts), log=lambda *_: None)
+    assert_identical_stores(tmp_path / "folder", (tmp_path / "url").as_uri())
+    assert not [p for p in (tmp_path / "url").rglob("*") if ".tmp" in p.name]

@@ -1,33 +1,44 @@
-"""Per-chunk work every kind shares: the moments of a chunk's train networks for the statistics.
+"""One chunk as the task that makes it sees it, and what every kind's chunk task does last.
 
-Networks whose row says they did not train normally (``status`` other than ``ok``: a classifier
-whose loss turned non-finite) are left out: their parameters may be huge and would swamp the
-normalization of every other network.
+A task may run on another machine than the driver (a Ray cluster), so it never touches a path of
+the driver's machine. Where the store is behind a URL that every machine reaches (``s3://...``,
+or ``file://`` on a shared file system), the task writes its chunk there itself; where the store
+is a local folder, which may exist only on the driver's machine, it hands the chunk back and the
+driver writes it. Either way the task returns its train networks' moments, from which the driver
+reduces the statistics without reading the chunk again.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
-import pyarrow.parquet as pq
+import pyarrow as pa
 
-from ..store.format import fragment_name
-from ..store.reader import WeightStore
-from ..store.stats import Moments
+from ..store.stats import chunk_train_moments, row_status
+from ..store.writer import write_chunk
 
 
-def chunk_moments(root: str, chunk: int, train_stop: int, normal_only: bool = True) -> Moments:
-    """Moments of this chunk's train rows (train networks are indices ``0 .. train_stop-1``);
-    ``normal_only`` leaves out the rows whose status is not ``ok``."""
-    store = WeightStore(root, require_complete=False)
-    start, stop = store.chunk_bounds(chunk)
-    stop = min(stop, train_stop)
-    if stop <= start:
-        return Moments.of({n: np.zeros((0, *s)) for n, s in store.manifest["parameters"].items()})
-    values = store.read(start, stop)
-    rows = pq.read_table(store.root / fragment_name(chunk), columns=None)
-    if normal_only and "status" in rows.column_names:
-        index = rows.column("index").to_numpy()
-        normal = np.asarray(rows.column("status").to_pylist(), dtype=object) == "ok"
-        keep = np.sort(index[normal & (index < stop)]) - start
-        values = {name: v[keep] for name, v in values.items()}
-    return Moments.of(values)
+@dataclass(frozen=True)
+class ChunkTarget:
+    chunk: int
+    start: int  # networks start .. stop-1
+    stop: int
+    train_stop: int  # train networks are those below this index
+    layout: dict  # what writing needs of the manifest (zoo.store.writer.chunk_layout)
+    url: str | None  # the store, where the task writes itself; None: hand the chunk back
+
+
+def finish_chunk(target: ChunkTarget, params: dict[str, np.ndarray], rows: pa.Table, **fields) -> dict:
+    """The result of a chunk task: ``chunk``, ``networks``, ``moments``, the kind's ``fields``, and
+    either ``fragment`` (the written fragment's checksum) or ``params`` and ``rows`` to write."""
+    values = {name: np.ascontiguousarray(v, dtype=np.float32) for name, v in params.items()}
+    result = {"chunk": target.chunk, "networks": target.stop - target.start, **fields,
+              "moments": (chunk_train_moments(values, target.start, target.train_stop,
+                                              row_status(rows, target.start, target.stop))
+                          if target.start < target.train_stop else None)}
+    if target.url is not None:
+        result["fragment"] = write_chunk(target.url, target.chunk, values, rows, target.layout)
+    else:
+        result["params"], result["rows"] = values, rows
+    return result

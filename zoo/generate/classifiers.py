@@ -23,13 +23,13 @@ import torch
 from ..sources import SPLITS
 from ..sources.errors import DataError
 from ..store.format import bias_name, weight_name
-from ..store.writer import chunk_bounds, write_chunk
 from ..train.data import ClassifierData, classifier_data, input_manifest, pool_size
 from ..train.mlp import ACTIVATIONS, MlpSpec, init_bound
 from ..train.runs import Diversity, RunSettings, draw_run
 from ..train.schedule import TrainSchedule
 from ..train.trainer import train_runs
 from ..train.evaluate import TIE_MARGIN
+from .chunk import ChunkTarget, finish_chunk
 from .plan import limited_counts
 from .recipe import Layout, Recipe, refuse_options
 
@@ -163,10 +163,10 @@ class ClassifierRecipe(Recipe):
         self.data.key  # hash the images once here rather than in every task
         self.shared_data = executor.share(self.data)
 
-    def job(self, root: str, manifest: dict, chunk: int, device: str) -> dict:
-        start, stop = chunk_bounds(manifest, chunk)
+    def job(self, target: ChunkTarget, device: str) -> dict:
+        start, stop = target.start, target.stop
         return {
-            "root": root, "chunk": chunk, "widths": self.kind.widths, "schedule": self.schedule,
+            "target": target, "widths": self.kind.widths, "schedule": self.schedule,
             "runs": self.runs[start // self.checkpoints : stop // self.checkpoints], "data": self.shared_data,
             "columns": {k: v[start:stop] for k, v in self.columns.items()}, "device": device,
             "threads": None if device.startswith("cuda") else 1, "group": self.opts.group,
@@ -190,11 +190,11 @@ class ClassifierRecipe(Recipe):
         return {"training": {"diverged_runs": diverged, "diverged_networks": int((status != "ok").sum())}}
 
 
-def train_chunk(root: str, chunk: int, widths, schedule: TrainSchedule, runs: list[RunSettings],
+def train_chunk(target: ChunkTarget, widths, schedule: TrainSchedule, runs: list[RunSettings],
                 data: ClassifierData, columns: dict[str, list], device: str = "cpu", threads: int | None = 1,
                 group: int | None = None, progress=None) -> dict:
-    """Train ``runs`` and write their checkpoints as chunk ``chunk`` (``progress(fraction)`` after
-    every step, in-process only)."""
+    """Train ``runs`` and store or return their checkpoints as chunk ``target`` (``progress(fraction)``
+    after every step, in-process only)."""
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
@@ -214,15 +214,10 @@ def train_chunk(root: str, chunk: int, widths, schedule: TrainSchedule, runs: li
         "status": pa.array(status, pa.string()),
         "diverged_at": pa.array([r.diverged_at for r in results for _ in r.steps], pa.int64()),
     })
-    write_chunk(root, chunk, params, rows)
     finals = [r.test_accuracy[-1] for r in results if r.diverged_at is None]
-    return {
-        "chunk": chunk,
-        "networks": rows.num_rows,
-        "seconds": time.perf_counter() - t0,
-        "accuracy_mean": float(np.mean(finals)) if finals else float("nan"),
-        "diverged_runs": [r.run.run for r in results if r.diverged_at is not None],
-    }
+    return finish_chunk(target, params, rows, seconds=time.perf_counter() - t0,
+                        accuracy_mean=float(np.mean(finals)) if finals else float("nan"),
+                        diverged_runs=[r.run.run for r in results if r.diverged_at is not None])
 
 
 ClassifierRecipe.work = staticmethod(train_chunk)

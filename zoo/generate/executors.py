@@ -76,11 +76,14 @@ class RayExecutor:
             self.ray.shutdown()
 
 
-def make_executor(workers: int, address: str | None, use_ray: bool | None, gpus_per_task: float = 0.0):
+def uses_ray(workers: int, address: str | None, use_ray: bool | None) -> bool:
     """``use_ray=None`` picks Ray when more than one worker or an address is asked for."""
-    if use_ray is None:
-        use_ray = workers > 1 or address is not None
-    if not use_ray:
+    return (workers > 1 or address is not None) if use_ray is None else use_ray
+
+
+def make_executor(workers: int, address: str | None, use_ray: bool | None, gpus_per_task: float = 0.0):
+    """Ray tasks where :func:`uses_ray` says so, else this process."""
+    if not uses_ray(workers, address, use_ray):
         return LocalExecutor()
     try:
         return RayExecutor(workers, address, gpus_per_task)

@@ -20,7 +20,7 @@ from ..fit.fitter import FitConfig, fit_batch
 from ..fit.siren import Grid2D, SirenSpec, network_seed
 from ..sources.images import ImageSource
 from ..store.format import bias_name, weight_name
-from ..store.writer import chunk_bounds, write_chunk
+from .chunk import ChunkTarget, finish_chunk
 from .plan import LIMIT_RULE, build_plan
 from .recipe import Layout, Recipe, refuse_options
 
@@ -72,11 +72,11 @@ class InrRecipe(Recipe):
             },
         )
 
-    def job(self, root: str, manifest: dict, chunk: int, device: str) -> dict:
-        start, stop = chunk_bounds(manifest, chunk)
+    def job(self, target: ChunkTarget, device: str) -> dict:
+        start, stop = target.start, target.stop
         rows = self.layout.item_row[start:stop]
         return {
-            "root": root, "chunk": chunk, "start": start, "spec": self.spec, "config": self.fit,
+            "target": target, "spec": self.spec, "config": self.fit,
             "seed": self.opts.seed, "coords": self.coords, "targets": self.layout.targets[rows].numpy(),
             "peak": self.layout.peak[start:stop], "device": device,
             "columns": {k: v[start:stop] for k, v in self.layout.columns.items()},
@@ -112,9 +112,7 @@ def _coords(source):
 
 
 def fit_chunk(
-    root: str,
-    chunk: int,
-    start: int,
+    target: ChunkTarget,
     spec: SirenSpec,
     config: FitConfig,
     seed: int,
@@ -127,13 +125,13 @@ def fit_chunk(
     compile: bool = False,
     progress=None,
 ) -> dict:
-    """Fit networks ``start .. start+len(targets)-1`` and write them as chunk ``chunk``
+    """Fit the networks of chunk ``target`` (one per row of ``targets``) and store or return them
     (``progress(fraction)`` after every step, in-process only)."""
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
     device = resolve_device(device)
-    indices = list(range(start, start + len(targets)))
+    indices = list(range(target.start, target.stop))
     if isinstance(coords, tuple):  # a Grid2D travels as its two axes
         coords = Grid2D(torch.as_tensor(coords[0]), torch.as_tensor(coords[1]))
     else:
@@ -158,14 +156,8 @@ def fit_chunk(
         "step": pa.nulls(len(indices), pa.int64()),
         "test_accuracy": pa.nulls(len(indices), pa.float32()),
     })
-    write_chunk(root, chunk, params, rows)
-    return {
-        "chunk": chunk,
-        "networks": len(indices),
-        "seconds": time.perf_counter() - t0,
-        "psnr_mean": float(result.psnr.mean()),
-        "steps_mean": float(result.steps.mean()),
-    }
+    return finish_chunk(target, params, rows, seconds=time.perf_counter() - t0,
+                        psnr_mean=float(result.psnr.mean()), steps_mean=float(result.steps.mean()))
 
 
 InrRecipe.work = staticmethod(fit_chunk)

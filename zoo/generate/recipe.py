@@ -28,8 +28,8 @@ class Layout:
 class Recipe(ABC):
     """How a kind makes its networks. Built from the options (refusing those that do not apply)."""
 
-    #: the unit of work: ``work(**job)`` makes and writes one chunk, returns at least
-    #: ``{"chunk", "networks"}``; a plain module-level function, so Ray can ship it
+    #: the unit of work: ``work(**job)`` makes one chunk and ends with
+    #: :func:`zoo.generate.chunk.finish_chunk`; a plain module-level function, so Ray can ship it
     work: Callable[..., dict]
     #: what the progress bar says it is doing
     verb: str
@@ -50,8 +50,10 @@ class Recipe(ABC):
         """Put data every chunk needs where the executor's workers read it (once per run)."""
 
     @abstractmethod
-    def job(self, root: str, manifest: dict, chunk: int, device: str) -> dict:
-        """The keyword arguments of :attr:`work` for ``chunk``."""
+    def job(self, target, device: str) -> dict:
+        """The keyword arguments of :attr:`work` for the chunk ``target`` (a
+        :class:`~zoo.generate.chunk.ChunkTarget`, passed on as ``target``). They must not name a
+        path of this machine: the task may run on another one."""
 
     def postfix(self, result: dict) -> dict[str, str]:
         """Progress-bar fields for a finished chunk's ``result``."""

@@ -19,25 +19,29 @@ import numpy as np
 from ..devices import resolve_device
 from ..options import MIN_SELECTION_NETWORKS, require_at_least, require_positive, settings_diff
 from ..sources import get_source
-from ..store.format import MANIFEST, SPLITS, STATUS_COMPLETE, StoreError
-from ..store.location import require_local
+from ..store.format import MANIFEST, SPLITS, STATUS_COMPLETE, DamagedStoreError, StoreError
+from ..store.location import UrlRoot, store_root
 from ..store.manifest import read_manifest
-from ..store.reader import WeightStore
-from ..store.stats import Moments, write_stats
+from ..store.stats import Moments, TrainMoments, reduce_moments, write_stats
+from ..store.verify import verify_store
 from ..store.writer import (
     chunk_bounds,
+    chunk_layout,
     consolidate_rows,
     create_store,
     finalize,
     mark_chunks_complete,
     missing_chunks,
     reopen_chunks,
+    train_chunks,
+    train_stop,
+    write_chunk,
 )
-from .chunk import chunk_moments
-from .executors import make_executor
+from .chunk import ChunkTarget
+from .command import command_line
+from .executors import make_executor, uses_ray
 from .kinds import KINDS, get_kind
 from .progress import GenerateProgress
-
 
 @dataclass
 class GenerateOptions:
@@ -107,15 +111,19 @@ def refuse_unmakeable(out, manifest: dict) -> None:
 
 
 def generate(opts: GenerateOptions, log=print) -> dict:
-    """Create or resume the store at ``opts.out``; returns its final manifest."""
+    """Create, resume or repair the store at ``opts.out`` (a folder or a URL); returns its final manifest."""
     kind = get_kind(opts.kind)
-    out = require_local(opts.out, "generate into")
+    out = store_root(opts.out)
     resuming = (out / MANIFEST).exists()
     if resuming:
         manifest = read_manifest(out)
         refuse_unmakeable(out, manifest)
     check_options(opts)
     recipe = kind.recipe(opts)
+    if isinstance(out, UrlRoot) and out.protocol == "memory" and uses_ray(opts.workers, opts.address, opts.use_ray):
+        raise StoreError(f"{out}: a memory:// store lives in this process, where Ray's workers cannot write; "
+                         f"use --no-ray, or a URL every worker reaches")
+    known: dict[int, TrainMoments] = {}  # the train moments of chunks already stored
     if resuming:
         asked = recipe.settings()
         stored = recipe.stored_settings({key: manifest.get(key) for key in asked})
@@ -125,9 +133,8 @@ def generate(opts: GenerateOptions, log=print) -> dict:
                 f"{out} was generated with different settings:\n  {differences}\n"
                 f"use another --out, or rerun with the store's settings to resume it"
             )
-        damaged = WeightStore(out, check_chunks=False).damaged_chunks() if manifest["status"] == STATUS_COMPLETE \
-            else None
-        if damaged == {}:
+        found = _verify_stored(out, manifest, opts.progress)
+        if manifest["status"] == STATUS_COMPLETE and not found.damaged:
             log(f"{out} is already complete ({manifest['num_networks']} networks)")
             return manifest
 
@@ -136,13 +143,11 @@ def generate(opts: GenerateOptions, log=print) -> dict:
     if not resuming:
         warn_small_splits(layout.splits, log)
         manifest = create_store(out, widths=kind.widths, num_networks=layout.num_networks,
-                                chunk_size=layout.chunk_size, splits=layout.splits, metadata=layout.metadata)
+                                chunk_size=layout.chunk_size, splits=layout.splits,
+                                metadata={**layout.metadata, "command": command_line(opts)})
     else:
-        check_same_splits(out, manifest, layout)
-        if damaged:
-            log(f"{out} is complete but {len(damaged)} chunk(s) have missing or truncated files "
-                f"({'; '.join(f'chunk {c}: {why}' for c, why in list(damaged.items())[:3])}); re{recipe.verb} them")
-            manifest = reopen_chunks(out, manifest, damaged)
+        check_same_splits(out, manifest, layout)  # before anything of the store is reopened
+        manifest, known = _reopen_damaged(out, manifest, found, recipe.verb, log)
 
     device = resolve_device(opts.device)
     todo = missing_chunks(manifest)
@@ -152,14 +157,11 @@ def generate(opts: GenerateOptions, log=print) -> dict:
                              gpus_per_task=1.0 / opts.workers if device.startswith("cuda") else 0.0)
     try:
         recipe.share(executor)
-        _make_chunks(executor, recipe, out, manifest, device, todo, opts.progress)
+        known.update(_make_chunks(executor, recipe, out, manifest, device, todo, opts.progress))
         table = consolidate_rows(out, manifest)
-        moments = _train_moments(executor, out, manifest, layout.splits["train"]["count"], normal_only=True)
-        if moments.count == 0:  # every train network diverged: normalize with them rather than not at all
-            log("warning: no train network trained normally; the statistics include the diverged ones")
-            moments = _train_moments(executor, out, manifest, layout.splits["train"]["count"], normal_only=False)
+        moments = _statistics(manifest, known, log)
         extra = recipe.report(table, log)
-        manifest = finalize(out, manifest, {"normalization": write_stats(out, moments), **extra})
+        manifest = finalize(out, manifest, {"normalization": write_stats(out, moments, manifest), **extra})
     finally:
         executor.shutdown()
     return manifest
@@ -192,31 +194,64 @@ def warn_small_splits(splits: dict, log) -> None:
             f"(a larger --limit, or --limit train=N,val=N,test=N)")
 
 
-def _train_moments(executor, out, manifest, train_stop: int, normal_only: bool) -> Moments:
-    moments = Moments.of({n: np.zeros((0, *s)) for n, s in manifest["parameters"].items()})
-    jobs = [{"root": str(out), "chunk": c, "train_stop": train_stop, "normal_only": normal_only}
-            for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train_stop]
-    for part in executor.map_unordered(chunk_moments, jobs):
-        moments = moments.combine(part)
-    return moments
+def _verify_stored(out, manifest: dict, progress: bool):
+    """What earlier runs stored, verified (read only); refuses damage a rerun cannot repair."""
+    found = verify_store(out, moments=True, progress=progress)
+    if not found.repairable:
+        raise DamagedStoreError(f"{out} is damaged:\n  " + "\n  ".join(map(str, found.damaged[:10]))
+                                + "\n" + found.repair())
+    return found
 
 
-def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool):
+def _reopen_damaged(out, manifest: dict, found, verb: str, log) -> tuple[dict, dict[int, TrainMoments]]:
+    """Reopen the chunks this run must remake (a damaged table or statistics are rewritten at the end
+    anyway). Returns the manifest and the intact chunks' train moments."""
+    damage = found.damaged
+    if damage:
+        remake = found.chunks_to_remake()
+        log(f"{out} is damaged ({'; '.join(map(str, damage[:3]))}{' ...' if len(damage) > 3 else ''}): "
+            f"re{verb} {len(remake)} chunk(s), then rewriting the table and the statistics")
+        manifest = reopen_chunks(out, manifest, remake)
+    return manifest, {c: m for c, m in found.moments.items() if c in manifest["complete_chunks"]}
+
+
+def _statistics(manifest: dict, moments: dict[int, TrainMoments], log) -> Moments:
+    """The train split's moments, reduced in chunk order from each chunk's (from the task that made
+    it, or from the verification of what an earlier run stored)."""
+    reduced, fallback = reduce_moments([moments[c] for c in train_chunks(manifest)])
+    if fallback:  # every train network diverged: normalize with them rather than not at all
+        log("warning: no train network trained normally; the statistics include the diverged ones")
+    return reduced
+
+
+def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool) -> dict[int, TrainMoments]:
+    """Make the chunks ``todo``; a chunk is listed complete once its data and fragment are stored
+    (by its task where the store is a URL, else here). Returns their train moments."""
+    layout, url = chunk_layout(manifest), (str(out) if isinstance(out, UrlRoot) else None)
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
     in_process = executor.name == "local"
     bar = GenerateProgress(manifest["num_networks"], done, f"{recipe.verb} {manifest['kind']}", enabled=progress,
                            chunks_left=len(todo), workers=None if in_process else getattr(executor, "workers", 1))
 
     def job(chunk: int) -> dict:
-        kwargs = recipe.job(str(out), manifest, chunk, device)
+        start, stop = chunk_bounds(manifest, chunk)
+        kwargs = recipe.job(ChunkTarget(chunk, start, stop, train_stop(manifest), layout, url), device)
         if in_process and progress:  # a callable cannot travel to a Ray task; there the bar ticks instead
-            start, stop = chunk_bounds(manifest, chunk)
             kwargs["progress"] = bar.reporter(chunk, stop - start)
         return kwargs
 
+    moments = {}
     try:
         for result in executor.map_unordered(recipe.work, (job(c) for c in todo)):
-            mark_chunks_complete(out, manifest, [result["chunk"]])
-            bar.chunk_written(result["chunk"], result["networks"], recipe.postfix(result))
+            chunk = result["chunk"]
+            if "fragment" in result:
+                fragment = result["fragment"]
+            else:
+                fragment = write_chunk(out, chunk, result.pop("params"), result.pop("rows"), layout)
+            mark_chunks_complete(out, manifest, {chunk: fragment})
+            if result["moments"] is not None:
+                moments[chunk] = result["moments"]
+            bar.chunk_written(chunk, result["networks"], recipe.postfix(result))
     finally:
         bar.close()
+    return moments

@@ -9,6 +9,7 @@ from .format import (
     parameter_shapes,
 )
 from .reader import WeightStore
+from .verify import verify_store
 from .writer import rebuild_networks_table
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "WeightStore",
     "parameter_shapes",
     "rebuild_networks_table",
+    "verify_store",
 ]

@@ -1,7 +1,8 @@
 """Write a whole store from arrays in memory: for stores derived from another (e.g. aligned weights).
 
-The result is an ordinary complete store (same format, fresh normalization statistics), so every
-reader and loader works on it unchanged.
+The result is an ordinary complete store (same format, fresh normalization statistics reduced
+exactly as ``zoo generate`` reduces them), so every reader, loader and ``zoo verify`` works on it
+unchanged.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .format import parameter_shapes
-from .stats import Moments, write_stats
-from .writer import chunk_bounds, consolidate_rows, create_store, finalize, mark_chunks_complete, write_chunk
+from .location import UrlRoot, store_root
+from .stats import chunk_train_moments, reduce_moments, row_status, write_stats
+from .writer import chunk_bounds, chunk_layout, consolidate_rows, create_store, finalize, mark_chunks_complete, write_chunk
 
 
 def write_store(
@@ -26,20 +27,22 @@ def write_store(
     metadata: dict,
     chunk_size: int = 1024,
     overwrite: bool = False,
-) -> Path:
+) -> Path | UrlRoot:
     """``params[name]`` is ``[N, ...]`` for every parameter of ``widths``; ``rows`` has N rows."""
     n = rows.num_rows
     manifest = create_store(root, widths=widths, num_networks=n, chunk_size=chunk_size, splits=splits,
                             metadata=metadata, overwrite=overwrite)
     train_stop = splits["train"]["start"] + splits["train"]["count"]
-    moments = Moments.of({k: np.zeros((0, *s)) for k, s in parameter_shapes(widths).items()})
+    parts, fragments = [], {}
     for chunk in range(manifest["num_chunks"]):
         lo, hi = chunk_bounds(manifest, chunk)
-        part = {k: v[lo:hi] for k, v in params.items()}
-        write_chunk(root, chunk, part, rows.slice(lo, hi - lo))
+        part = {k: np.asarray(v[lo:hi], dtype=np.float32) for k, v in params.items()}
+        chunk_rows = rows.slice(lo, hi - lo)
+        fragments[chunk] = write_chunk(root, chunk, part, chunk_rows, chunk_layout(manifest))
         if lo < train_stop:
-            moments = moments.combine(Moments.of({k: v[: train_stop - lo] for k, v in part.items()}))
-    mark_chunks_complete(root, manifest, range(manifest["num_chunks"]))
+            parts.append(chunk_train_moments(part, lo, train_stop, row_status(chunk_rows, lo, hi)))
+    mark_chunks_complete(root, manifest, fragments)
     consolidate_rows(root, manifest)
-    finalize(root, manifest, {"normalization": write_stats(root, moments)})
-    return Path(root)
+    moments, _ = reduce_moments(parts)
+    finalize(root, manifest, {"normalization": write_stats(root, moments, manifest)})
+    return store_root(root)

@@ -1,12 +1,14 @@
-"""Weight-store format v1: names, layout and the errors a reader raises.
+"""Weight-store format v2: names, layout and the errors a reader raises.
 
-A store is a directory (see ``docs/store-format.md``)::
+A store is a folder or a URL (see ``docs/store-format.md``)::
 
-    manifest.json            format version, architecture, generation config, provenance, chunks
-    zarr.json, W1/ b1/ ...   Zarr v3 group; one float32 array per parameter tensor, chunked along N
-    stats/W1_mean, W1_std..  normalization statistics over the train split (Zarr arrays, [d_m, ...])
+    manifest.json            format version, architecture, generation config, provenance, chunks,
+                             the checksums of the files below that zarr does not check itself
+    arrays/                  Zarr v3 group (v1: the store's own folder); one float32 array per
+      W1/ b1/ ...            parameter tensor, chunked along N, every chunk with a crc32c checksum
+      stats/W1_mean, ...     normalization statistics over the train split ([d_m, ...])
     networks.parquet         one row per network (written when the store is complete)
-    fragments/chunk-*.parquet  per-chunk rows, written by the workers (kept for resuming)
+    fragments/chunk-*.parquet  per-chunk rows, written with each chunk (kept for resuming)
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 from typing import Mapping, Sequence, TypeVar
 
 FORMAT_NAME = "weightzoo-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
+ARRAYS_GROUP = "arrays"  # v2: the Zarr hierarchy's folder, so that zarr never meets the other files
 NETWORKS_TABLE = "networks.parquet"
 FRAGMENTS_DIR = "fragments"
 STATS_GROUP = "stats"
@@ -72,6 +75,23 @@ def fragment_name(chunk: int) -> str:
     return f"{FRAGMENTS_DIR}/chunk-{chunk:06d}.parquet"
 
 
+def arrays_path(manifest: dict) -> str:
+    """Folder of the Zarr group inside the store: ``arrays`` from v2 on, the store itself in v1
+    (where zarr warned about the manifest and the Parquet files beside its arrays)."""
+    return manifest.get("arrays", ARRAYS_GROUP) if manifest["format_version"] >= 2 else ""
+
+
+def array_codecs(manifest: dict) -> dict:
+    """``create_array`` arguments for the codecs of a store's arrays: uncompressed float32, plus
+    (v2) a crc32c checksum of every chunk through zarr's own codec pipeline. Zarr's only slot for
+    bytes-to-bytes codecs is named ``compressors``; the checksum compresses nothing."""
+    if manifest["format_version"] < 2:
+        return {"compressors": None}
+    from zarr.codecs import Crc32cCodec
+
+    return {"compressors": [Crc32cCodec()]}
+
+
 class StoreError(ValueError):
     """A store cannot be used as it is; the message says why and what to do."""
 
@@ -90,5 +110,6 @@ class DamagedStoreError(StoreError):
 
 
 REPAIR_HINT = (
-    "regenerate it (the same `zoo generate` command with a new --out) or restore it from a copy"
+    "rerun the `zoo generate` command that made it (`zoo verify STORE` prints it), which rewrites exactly "
+    "the damaged parts, or restore it from a copy"
 )

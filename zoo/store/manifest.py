@@ -1,18 +1,29 @@
-"""Reading and atomically rewriting a store's ``manifest.json``."""
+"""Reading and atomically rewriting a store's ``manifest.json``, which carries its own checksum.
+
+The checksum (``checksum``: crc32c of the manifest's other keys as canonical JSON) is written with
+every rewrite and checked on every read where present (stores written before format v2 have none),
+so a bit flip that keeps the file valid JSON is caught like one in a chunk.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from pathlib import Path
 
-from .format import FORMAT_NAME, FORMAT_VERSION, MANIFEST, StoreError, StoreVersionError
-from .location import require_local, store_root
+from .checksum import crc32c
+from .format import FORMAT_NAME, FORMAT_VERSION, MANIFEST, DamagedStoreError, StoreError, StoreVersionError
+from .location import put_file, store_root
+
+CHECKSUM_KEY = "checksum"
+
+
+def manifest_checksum(manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != CHECKSUM_KEY}
+    return crc32c(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 def read_manifest(root) -> dict:
-    """The manifest of the store at ``root`` (a folder or an fsspec URL), checked for its format."""
+    """The manifest of the store at ``root`` (a folder or an fsspec URL), checked for its format
+    and its checksum."""
     path = store_root(root) / MANIFEST
     if not path.exists():
         raise StoreError(
@@ -21,10 +32,12 @@ def read_manifest(root) -> dict:
         )
     try:
         manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise StoreError(f"{path} is not valid JSON ({exc}); the store is damaged") from exc
-    if manifest.get("format") != FORMAT_NAME:
-        raise StoreError(f"{path} does not describe a {FORMAT_NAME} (format={manifest.get('format')!r})")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DamagedStoreError(f"{path} is not valid JSON ({exc}); the store is damaged: restore "
+                                f"{MANIFEST} from a copy") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise StoreError(f"{path} does not describe a {FORMAT_NAME} (format={found!r})")
     version = manifest.get("format_version")
     if not isinstance(version, int):
         raise StoreError(f"{path} has no integer format_version")
@@ -33,21 +46,17 @@ def read_manifest(root) -> dict:
             f"{root} uses store format v{version}, but this weightzoo reads up to "
             f"v{FORMAT_VERSION}; upgrade weightzoo to read it"
         )
+    stored = manifest.get(CHECKSUM_KEY)
+    if stored is not None and stored != manifest_checksum(manifest):
+        raise DamagedStoreError(
+            f"{path} fails its crc32c checksum (recorded {stored}, computed {manifest_checksum(manifest)}): "
+            f"it changed after it was written, so nothing it says about the store can be trusted; the "
+            f"store is damaged: restore {MANIFEST} from a copy, or regenerate the store into a new --out"
+        )
     return manifest
 
 
-def write_manifest(root: str | Path, manifest: dict) -> None:
-    """Replace the manifest atomically so a crash never leaves a half-written one."""
-    root = require_local(root, "write the manifest of")
-    # not tempfile.mkstemp: it creates the file 0600, and a store shared with other users must be
-    # readable like its other files. os.open with 0666 lets the umask (and default ACLs) decide.
-    tmp = root / f".manifest-{os.getpid()}-{uuid.uuid4().hex}.json"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(manifest, f, indent=2, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, root / MANIFEST)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def write_manifest(root, manifest: dict) -> None:
+    """Replace the manifest whole (never half-written), with its checksum."""
+    manifest[CHECKSUM_KEY] = manifest_checksum(manifest)
+    put_file(store_root(root) / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode())

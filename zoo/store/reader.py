@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import zarr
 
 from .format import (
@@ -22,11 +21,12 @@ from .format import (
     DamagedStoreError,
     IncompleteStoreError,
     StoreError,
+    arrays_path,
 )
-from .location import UrlRoot, store_root
+from .location import UrlRoot, store_root, zarr_location
 from .manifest import read_manifest
 from .stats import STD_FLOOR
-from .writer import chunk_bounds, chunk_key, missing_chunks, missing_fragments
+from .writer import arrays_root, chunk_bounds, chunk_key, missing_chunks, missing_fragments, read_table
 
 
 class WeightStore:
@@ -45,10 +45,12 @@ class WeightStore:
                 f"{self.root} is incomplete: {len(missing)} of {self.manifest['num_chunks']} chunks "
                 f"missing (first: {missing[:5]}); rerun the same `zoo generate` command to finish it"
             )
+        self.zarr_root = arrays_root(self.root, self.manifest)  # the Zarr group's folder or URL
         try:
-            self.group = zarr.open_group(str(self.root), mode="r")
+            self.group = zarr.open_group(zarr_location(self.zarr_root), mode="r", zarr_format=3, use_consolidated=False)
         except Exception as exc:  # zarr raises several types for a missing/damaged group
-            raise StoreError(f"{self.root}: cannot open the Zarr group ({exc})") from exc
+            raise StoreError(f"{self.root}: cannot open the Zarr group at {self.zarr_root} ({exc}); "
+                             f"{REPAIR_HINT}") from exc
         self._check_arrays()
         if check_chunks and self.manifest.get("status") == STATUS_COMPLETE:
             self._check_chunks_stored()
@@ -56,9 +58,9 @@ class WeightStore:
     def _check_arrays(self) -> None:
         n = self.manifest["num_networks"]
         for name, shape in self.manifest["parameters"].items():
-            if name not in self.group:
+            arr = self.parameter_arrays.get(name)
+            if arr is None:
                 raise StoreError(f"{self.root}: array {name} listed in the manifest is missing")
-            arr = self.group[name]
             if tuple(arr.shape) != (n, *shape):
                 raise StoreError(
                     f"{self.root}: array {name} has shape {tuple(arr.shape)} but the manifest "
@@ -66,6 +68,9 @@ class WeightStore:
                 )
             if arr.dtype != np.float32:
                 raise StoreError(f"{self.root}: array {name} is {arr.dtype}, expected float32")
+            if self.manifest["format_version"] >= 2 and not _checksummed(arr):
+                raise StoreError(f"{self.root}: array {name} has no crc32c codec, which format v2 "
+                                 f"requires; it was rewritten by another tool")
 
     def _check_chunks_stored(self) -> None:
         """Refuse a complete store with a missing or truncated chunk file (see :meth:`damaged_chunks`)."""
@@ -76,23 +81,25 @@ class WeightStore:
             raise DamagedStoreError(
                 f"{self.root} is damaged: {len(damaged)} chunk(s) of a complete store have missing or "
                 f"truncated files: {shown}{more}. Those networks cannot be read (a missing file reads as "
-                f"NaN, the arrays' fill value); rerun the same `zoo generate` command, which refits "
-                f"exactly those chunks, or restore the store from a copy"
+                f"NaN, the arrays' fill value); {REPAIR_HINT}"
             )
 
     def damaged_chunks(self) -> dict[int, str]:
         """``{chunk: why}`` for every network chunk with a parameter file that is missing or not
-        at its size (the arrays are uncompressed, so every chunk file has exactly ``chunk bytes``).
+        at its size (the arrays are uncompressed, so every chunk file has exactly ``chunk bytes``,
+        plus 4 for the checksum in format v2). Bit flips that keep the size are found on reading
+        (the checksum) or by ``zoo verify``, which reads everything.
 
         A missing chunk file would read back as the fill value, NaN, and a truncated one fails
-        deep inside zarr. Local folders: one ``stat`` per chunk file; URLs: one listing per array.
-        Where a URL cannot be listed (plain HTTP servers without index pages) nothing is reported
-        and :meth:`read` still refuses the damage.
+        deep inside zarr. Local folders: one ``stat`` per chunk file; URLs: one listing of the
+        arrays. Where a URL cannot be listed (plain HTTP servers without index pages) nothing is
+        reported and :meth:`read` still refuses the damage.
         """
         damaged: dict[int, list[str]] = {}
+        listing = self._listing()
         for name in self.parameter_names:
-            arr = self._arrays[name]
-            size_of = self._stored(name)
+            arr = self.parameter_arrays[name]
+            size_of = self._stored(name, listing)
             if size_of is None:  # this URL cannot be listed: leave it to read()
                 return {}
             rows, expected = _storage_chunks(arr)[0], _stored_bytes(arr)
@@ -105,21 +112,25 @@ class WeightStore:
                 else:
                     continue
                 lo, hi = coords[0] * rows, min((coords[0] + 1) * rows, self.num_networks)
-                damaged.setdefault(coords[0], []).append(f"file {name}/{key} {why} (networks {lo}..{hi - 1})")
+                damaged.setdefault(coords[0], []).append(
+                    f"file {'/'.join(p for p in (self.arrays_path, name, key) if p)} {why} (networks {lo}..{hi - 1})")
         return {c: ", ".join(whys) for c, whys in sorted(damaged.items())}
 
-    def _stored(self, name: str):
+    def _listing(self) -> dict | None:
+        """``{key: size}`` of every object under the Zarr group of a URL store, in one listing
+        (``None``: a local folder, or a URL that cannot be listed)."""
+        return self.zarr_root.sizes() if isinstance(self.zarr_root, UrlRoot) else None
+
+    def _stored(self, name: str, listing: dict | None = None):
         """``key -> size in bytes`` of the objects stored under array ``name`` (``None``: not
-        stored; ``-1``: stored, size unknown), or ``None`` when the store cannot be listed."""
-        base = self.root / name
+        stored; ``-1``: stored, size unknown), or ``None`` when the store cannot be listed.
+        ``listing``: :meth:`_listing`, for URL stores (listed here if not given)."""
+        base = self.zarr_root / name
         if isinstance(base, UrlRoot):
-            prefix = base.path.rstrip("/") + "/"
-            try:
-                listing = base.fs.find(base.path, detail=True)
-            except (NotImplementedError, OSError, ValueError):
-                return None
-            found = {p[len(prefix):]: info.get("size") for p, info in listing.items() if p.startswith(prefix)}
-            if "zarr.json" not in found:  # zarr read that file, so this listing is not to be trusted
+            listing = self._listing() if listing is None else listing
+            prefix = f"{name}/"
+            found = {k[len(prefix):]: v for k, v in (listing or {}).items() if k.startswith(prefix)}
+            if "zarr.json" not in found:  # zarr read that file: such a listing is not to be trusted
                 return None
             return lambda key: (-1 if found[key] is None else int(found[key])) if key in found else None
 
@@ -166,7 +177,7 @@ class WeightStore:
                 raise IncompleteStoreError(f"{self.root}: {NETWORKS_TABLE} is not written yet; rerun the "
                                            f"same `zoo generate` command, which writes it at the end")
             raise DamagedStoreError(f"{self.root} is damaged: {NETWORKS_TABLE} is missing; {self._table_hint()}")
-        table = pq.read_table(path if isinstance(path, Path) else pa.BufferReader(path.read_bytes()))
+        table = read_table(self.root, NETWORKS_TABLE, self.manifest)
         if table.num_rows != self.num_networks:
             raise StoreError(
                 f"{self.root}: {NETWORKS_TABLE} has {table.num_rows} rows, manifest says {self.num_networks}"
@@ -175,18 +186,25 @@ class WeightStore:
 
     # ------------------------------------------------------------------ data
     @cached_property
-    def _arrays(self) -> dict:
-        """Parameter array handles, opened once."""
-        return {name: self.group[name] for name in self.parameter_names}
+    def parameter_arrays(self) -> dict:
+        """``{name: zarr array}`` of the parameters, opened once (a missing one is left out)."""
+        arrays = {}
+        for name in self.parameter_names:
+            try:
+                arrays[name] = self.group[name]
+            except KeyError:
+                pass
+        return arrays
 
     def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Parameters of networks ``start..stop-1`` as float32 arrays ``[n, ...]``.
 
-        Raises :class:`DamagedStoreError` for a chunk that cannot be decoded (a truncated file) or
-        that holds NaN (the fill value of a chunk file that is gone).
+        Raises :class:`DamagedStoreError` for a chunk that cannot be decoded (a truncated file, or
+        in format v2 any change of its bytes: the checksum) or that holds NaN (the fill value of a
+        chunk file that is gone).
         """
         out = {}
-        for name, arr in self._arrays.items():
+        for name, arr in self.parameter_arrays.items():
             try:
                 values = arr[start:stop]
             except (ValueError, TypeError, IndexError, KeyError) as exc:  # not OSError: I/O is not damage
@@ -209,11 +227,13 @@ class WeightStore:
         for c, lo, hi in chunks:
             try:
                 arr[lo:hi]
-            except Exception:  # noqa: BLE001 - any failure marks this chunk
+            except Exception as own:  # noqa: BLE001 - any failure marks this chunk
+                why = ("fails its crc32c checksum: its bytes changed after it was written (truncated, "
+                       "overwritten or flipped)" if "checksum" in str(own)
+                       else f"cannot be decoded: {exc}. The chunk file is truncated or overwritten")
                 return DamagedStoreError(
                     f"{self.root} is damaged: array {name}, chunk {c} (networks {lo}..{hi - 1}, file "
-                    f"{name}/{chunk_key(arr, c)}) cannot be decoded: {exc}. The chunk file is truncated "
-                    f"or overwritten; {REPAIR_HINT}"
+                    f"{self.chunk_file(name, c)}) {why}; {REPAIR_HINT}"
                 )
         return None
 
@@ -221,7 +241,7 @@ class WeightStore:
         bad = np.flatnonzero(np.isnan(values.reshape(len(values), -1)).any(axis=1)) + start
         rows = _storage_chunks(arr)[0]
         chunks = sorted({int(i) // rows for i in bad})
-        files = ", ".join(f"{name}/{chunk_key(arr, c)}" for c in chunks[:5])
+        files = ", ".join(self.chunk_file(name, c) for c in chunks[:5])
         return DamagedStoreError(
             f"{self.root} is damaged: array {name} holds NaN for {len(bad)} network(s) "
             f"({_ranges(bad)}; chunk(s) {chunks[:5]}{' ...' if len(chunks) > 5 else ''}, file(s) {files}). "
@@ -229,17 +249,25 @@ class WeightStore:
             f"{REPAIR_HINT}"
         )
 
+    def chunk_file(self, name: str, chunk: int) -> str:
+        """Store-relative name of the file of parameter ``name``'s chunk ``chunk``."""
+        return "/".join(p for p in (self.arrays_path, name, chunk_key(self.parameter_arrays[name], chunk)) if p)
+
+    @property
+    def arrays_path(self) -> str:
+        """Store-relative folder of the Zarr group (``arrays``; ``""`` in format v1)."""
+        return arrays_path(self.manifest)
+
     def _table_hint(self) -> str:
         try:
             missing = missing_fragments(self.root, self.manifest)
         except Exception:  # noqa: BLE001 - only a hint
             missing = None
         if missing == []:
-            local = "" if not isinstance(self.root, UrlRoot) else " on a local copy (then upload it)"
-            return (f"its rows are still in {FRAGMENTS_DIR}/: rebuild it{local} with "
+            return (f"its rows are still in {FRAGMENTS_DIR}/: rerun the `zoo generate` command that made it "
+                    f"(`zoo verify {self.root}` prints it), or rebuild just the table with "
                     f"`python -c \"from zoo.store import rebuild_networks_table; "
-                    f"rebuild_networks_table({str(self.root)!r})\"` (rerunning `zoo generate` does not: "
-                    f"the store is complete)")
+                    f"rebuild_networks_table({str(self.root)!r})\"`")
         return f"the per-chunk fragments under {FRAGMENTS_DIR}/ are gone too; {REPAIR_HINT}"
 
     def read_chunk(self, chunk: int) -> dict[str, np.ndarray]:
@@ -250,19 +278,22 @@ class WeightStore:
 
     def stats(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per-entry ``(mean, std)`` over the train split, per parameter array."""
-        if STATS_GROUP not in self.group:
-            raise StoreError(f"{self.root}: normalization statistics are missing")
-        g = self.group[STATS_GROUP]
+        try:
+            g = self.group[STATS_GROUP]
+        except KeyError:
+            raise StoreError(f"{self.root}: normalization statistics are missing; {REPAIR_HINT}") from None
+        listing = self._listing()
         out = {}
         for n in self.parameter_names:
             pair = []
             for stat in ("mean", "std"):
                 key = f"{n}_{stat}"
-                if key not in g:
+                try:
+                    arr = g[key]
+                except KeyError:
                     raise StoreError(f"{self.root}: normalization statistic {STATS_GROUP}/{key} is missing; "
-                                     f"{REPAIR_HINT}")
-                arr = g[key]
-                size_of = self._stored(f"{STATS_GROUP}/{key}")
+                                     f"{REPAIR_HINT}") from None
+                size_of = self._stored(f"{STATS_GROUP}/{key}", listing)
                 # a missing chunk reads as the fill value, 0, which is a plausible mean: look for the file
                 absent = [k for _, k in _chunk_keys(arr) if size_of is not None and size_of(k) is None]
                 try:
@@ -272,7 +303,8 @@ class WeightStore:
                                             f"({exc}); {REPAIR_HINT}") from exc
                 impossible = not np.isfinite(values).all() or (stat == "std" and (values < np.float32(STD_FLOOR)).any())
                 if absent or impossible:
-                    why = f"file {STATS_GROUP}/{key}/{absent[0]} is missing" if absent else "it holds impossible values"
+                    file = "/".join(p for p in (self.arrays_path, STATS_GROUP, key, absent[0] if absent else "") if p)
+                    why = f"file {file} is missing" if absent else "it holds impossible values"
                     raise DamagedStoreError(f"{self.root} is damaged: normalization statistic {STATS_GROUP}/{key}: "
                                             f"{why}; {REPAIR_HINT}")
                 pair.append(values)
@@ -298,15 +330,35 @@ def _storage_chunks(arr) -> tuple[int, ...]:
     return tuple(arr.shards or arr.chunks)
 
 
-def _stored_bytes(arr) -> int | None:
-    """Size of every stored chunk of an unsharded array without compression or filters (edge
-    chunks are stored whole), else ``None`` (unknown)."""
-    from zarr.codecs import BytesCodec
+def raw_layout(arr) -> tuple[int, bool] | None:
+    """``(bytes, checksummed)`` of every stored chunk of an array in a layout this project writes:
+    unsharded, uncompressed little-endian values (edge chunks are stored whole), followed in format
+    v2 by their crc32c (4 bytes); ``None`` for any other layout."""
+    from zarr.codecs import BytesCodec, Crc32cCodec
 
     codecs = arr.metadata.codecs
-    if arr.shards is not None or len(codecs) != 1 or not isinstance(codecs[0], BytesCodec):
+    if arr.shards is not None or not codecs or not isinstance(codecs[0], BytesCodec):
         return None
-    return math.prod(arr.chunks) * arr.dtype.itemsize
+    if codecs[0].endian is not None and codecs[0].endian.value != "little":
+        return None
+    values = math.prod(arr.chunks) * arr.dtype.itemsize
+    if [type(c) for c in codecs] == [BytesCodec]:
+        return values, False
+    if [type(c) for c in codecs] == [BytesCodec, Crc32cCodec]:
+        return values + 4, True
+    return None
+
+
+def _stored_bytes(arr) -> int | None:
+    """Size of every stored chunk (see :func:`raw_layout`), else ``None`` (unknown)."""
+    layout = raw_layout(arr)
+    return None if layout is None else layout[0]
+
+
+def _checksummed(arr) -> bool:
+    from zarr.codecs import Crc32cCodec
+
+    return any(isinstance(c, Crc32cCodec) for c in arr.metadata.codecs)
 
 
 def _chunk_keys(arr) -> list[tuple[tuple[int, ...], str]]:

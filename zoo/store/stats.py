@@ -1,18 +1,29 @@
 """Per-entry normalization statistics over the train split, reduced from per-chunk moments.
 
 Each chunk contributes ``(count, mean, M2)`` for its train rows; chunks are combined with Chan et
-al.'s parallel update, which stays accurate where a naive sum of squares would cancel.
+al.'s parallel update, which stays accurate where a naive sum of squares would cancel, and always
+in chunk order: float addition is not associative, so a reduction in the order chunks happen to
+finish gave two identical runs statistics that differed in the last bits. A chunk's moments are
+computed from its float32 values as stored, by the task that made it or from the store, with the
+same result either way, so a resumed store's statistics equal an uninterrupted one's bit for bit.
+
+Networks whose row says they did not train normally (``status`` other than ``ok``: a classifier
+whose loss turned non-finite) are left out: their parameters may be huge and would swamp the
+normalization of every other network (unless no train network at all trained normally).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from functools import reduce
 
 import numpy as np
+import pyarrow as pa
 import zarr
 
-from .format import STATS_GROUP
+from .format import STATS_GROUP, array_codecs, arrays_path
+from .location import zarr_location
+from .writer import arrays_root, record_metadata
 
 STD_FLOOR = 1e-8  # entries that never vary are divided by 1 instead of ~0
 
@@ -51,18 +62,67 @@ class Moments:
         return {k: np.sqrt(v / self.count) for k, v in self.m2.items()}
 
 
-def write_stats(root: str | Path, moments: Moments) -> dict:
-    """Store ``<name>_mean`` and ``<name>_std`` arrays; returns the manifest entry describing them."""
-    group = zarr.open_group(str(root), mode="r+").require_group(STATS_GROUP)
+def empty_moments(parameters: dict) -> Moments:
+    """No networks yet, for parameters ``{name: per-network shape}``."""
+    return Moments.of({name: np.zeros((0, *shape)) for name, shape in parameters.items()})
+
+
+@dataclass
+class TrainMoments:
+    """One chunk's share of the statistics: the moments of its train networks that trained
+    normally, and of all its train networks (for a store where none trained normally)."""
+
+    normal: Moments
+    all: Moments
+
+
+def row_status(rows: pa.Table, start: int, stop: int) -> np.ndarray | None:
+    """``status`` of networks ``start..stop-1`` from their rows (``None``: the table has no status)."""
+    if "status" not in rows.column_names:
+        return None
+    status = np.full(stop - start, None, dtype=object)
+    status[rows.column("index").to_numpy() - start] = rows.column("status").to_pylist()
+    return status
+
+
+def chunk_train_moments(values: dict[str, np.ndarray], start: int, train_stop: int,
+                        status: np.ndarray | None) -> TrainMoments:
+    """The moments of a chunk's train networks (indices below ``train_stop``) from its float32
+    ``values`` (``[n, ...]`` for networks ``start..``); ``status`` as :func:`row_status` gives it."""
+    n = max(0, min(len(next(iter(values.values()))), train_stop - start))
+    train = {name: np.ascontiguousarray(v[:n], dtype=np.float32) for name, v in values.items()}
+    every = Moments.of(train)
+    if status is None or (status[:n] == "ok").all():
+        return TrainMoments(every, every)
+    keep = np.flatnonzero(status[:n] == "ok")
+    return TrainMoments(Moments.of({name: v[keep] for name, v in train.items()}), every)
+
+
+def reduce_moments(parts: list[TrainMoments]) -> tuple[Moments, bool]:
+    """The chunks' moments combined in the order given (chunk order); ``True`` when no network
+    trained normally and the statistics fall back on all of them."""
+    normal = reduce(Moments.combine, [p.normal for p in parts])
+    if normal.count:
+        return normal, False
+    return reduce(Moments.combine, [p.all for p in parts]), True
+
+
+def write_stats(root, moments: Moments, manifest: dict) -> dict:
+    """Store ``<name>_mean`` and ``<name>_std`` arrays and record their metadata's checksums in
+    ``manifest``; returns the manifest entry describing them."""
+    group = zarr.open_group(zarr_location(arrays_root(root, manifest)), mode="r+", zarr_format=3,
+                            use_consolidated=False).require_group(STATS_GROUP)
     std = moments.std()
+    nodes = {STATS_GROUP: group}
     for name, mean in moments.mean.items():
-        group.create_array(f"{name}_mean", data=mean.astype(np.float32), overwrite=True)
-        group.create_array(f"{name}_std", data=np.maximum(std[name], STD_FLOOR).astype(np.float32),
-                           overwrite=True)
+        for stat, values in (("mean", mean), ("std", np.maximum(std[name], STD_FLOOR))):
+            nodes[f"{STATS_GROUP}/{name}_{stat}"] = group.create_array(
+                f"{name}_{stat}", data=values.astype(np.float32), overwrite=True, **array_codecs(manifest))
+    record_metadata(manifest, nodes)
     return {
         "split": "train",
         "count": moments.count,
-        "group": STATS_GROUP,
+        "group": "/".join(p for p in (arrays_path(manifest), STATS_GROUP) if p),
         "arrays": "<param>_mean, <param>_std (population std, floored at %g)" % STD_FLOOR,
         "apply": "(value - mean) / std, per entry",
     }

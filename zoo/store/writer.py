@@ -1,16 +1,22 @@
-"""Creating a store and filling it chunk by chunk.
+"""Creating a store (a folder or a URL) and filling it chunk by chunk.
 
-Workers write whole chunks (array slices aligned to the Zarr chunking, plus a Parquet fragment of
-their rows); only the coordinating process touches the manifest, so concurrent workers never race
-on it. A chunk counts as written only once the manifest lists it, which makes an interrupted
-generation safe to resume: unlisted chunks are simply written again.
+Whoever makes a chunk writes it whole (array slices aligned to the Zarr chunking, plus a Parquet
+fragment of its rows); only the coordinating process touches the manifest, so concurrent workers
+never race on it. A chunk counts as written only once the manifest lists it, which it does only
+after the chunk's data and fragment are stored; that makes an interrupted generation safe to
+resume: unlisted chunks are simply written again.
+
+Integrity (format v2): every chunk file carries a crc32c checksum through zarr's codec pipeline;
+every other file (Parquet fragments and table, Zarr metadata) has its checksum recorded in the
+manifest's ``checksums`` when it is written; the manifest checks itself (:mod:`.manifest`).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import io
+import json
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zarr
 
+from .checksum import ALGORITHM, crc32c
 from .format import (
+    ARRAYS_GROUP,
     FORMAT_NAME,
     FORMAT_VERSION,
     FRAGMENTS_DIR,
@@ -29,15 +37,19 @@ from .format import (
     STATUS_IN_PROGRESS,
     DamagedStoreError,
     StoreError,
+    array_codecs,
+    arrays_path,
     fragment_name,
     parameter_shapes,
 )
-from .location import require_local, store_root
+from .location import is_empty, put_file, remove_tree, store_root, zarr_location
 from .manifest import read_manifest, write_manifest
+
+LAYOUT_KEYS = ("format_version", "arrays", "num_networks", "chunk_size", "parameters")
 
 
 def create_store(
-    root: str | Path,
+    root,
     *,
     widths,
     num_networks: int,
@@ -50,44 +62,72 @@ def create_store(
 
     A chunk never exceeds the store: Zarr writes an edge chunk at full size, so 5 networks in
     chunks of 1,024 would take 4.7 MiB on disk instead of 24 KiB."""
-    root = Path(root)
+    root = store_root(root)
     chunk_size = max(1, min(chunk_size, num_networks))
     if (root / MANIFEST).exists() and not overwrite:
         raise StoreError(f"{root} already holds a store; resume it or pass overwrite")
-    if root.exists() and overwrite:
-        shutil.rmtree(root)
-    if root.exists() and any(root.iterdir()):
+    if overwrite:
+        remove_tree(root)
+    if not is_empty(root):
         raise StoreError(f"{root} exists and is not empty; choose a new --out directory")
     root.mkdir(parents=True, exist_ok=True)
-    group = zarr.open_group(str(root), mode="w", zarr_format=3)
-    shapes = parameter_shapes(widths)
-    for name, shape in shapes.items():
-        group.create_array(
-            name,
-            shape=(num_networks, *shape),
-            chunks=(chunk_size, *shape),
-            dtype="float32",
-            compressors=None,  # float32 weights barely compress (~7%) at 2-4x the cost
-            fill_value=float("nan"),
-            dimension_names=("network",) + tuple(f"dim{i}" for i in range(len(shape))),
-        )
-    (root / FRAGMENTS_DIR).mkdir()
     num_chunks = (num_networks + chunk_size - 1) // chunk_size
+    shapes = parameter_shapes(widths)
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "status": STATUS_IN_PROGRESS,
+        "arrays": ARRAYS_GROUP,
         "num_networks": num_networks,
         "chunk_size": chunk_size,
         "num_chunks": num_chunks,
         "complete_chunks": [],
         "parameters": {name: list(shape) for name, shape in shapes.items()},
         "splits": splits,
+        "checksums": {"algorithm": ALGORITHM, "files": {}},
         **metadata,
     }
+    group = zarr.open_group(zarr_location(arrays_root(root, manifest)), mode="w", zarr_format=3)
+    nodes = {"": group}
+    for name, shape in shapes.items():
+        nodes[name] = group.create_array(
+            name,
+            shape=(num_networks, *shape),
+            chunks=(chunk_size, *shape),
+            dtype="float32",
+            fill_value=float("nan"),
+            dimension_names=("network",) + tuple(f"dim{i}" for i in range(len(shape))),
+            **array_codecs(manifest),  # float32 weights barely compress (~7%) at 2-4x the cost
+        )
+    record_metadata(manifest, nodes)
+    (root / FRAGMENTS_DIR).mkdir(parents=True, exist_ok=True)
     write_manifest(root, manifest)
     return manifest
+
+
+def arrays_root(root, manifest: dict):
+    """The Zarr group's folder (or URL) of the store at ``root``."""
+    root = store_root(root)
+    path = arrays_path(manifest)
+    return root / path if path else root
+
+
+def record_metadata(manifest: dict, nodes: dict) -> None:
+    """Record in ``manifest`` (not yet saved) the checksums of the ``zarr.json`` of Zarr ``nodes``
+    (``{path in the group: array or group}``), from the metadata zarr wrote: the same bytes, not
+    read back."""
+    from zarr.buffer import default_buffer_prototype
+
+    files = manifest.setdefault("checksums", {"algorithm": ALGORITHM, "files": {}})["files"]
+    for path, node in nodes.items():
+        data = node.metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
+        files["/".join(p for p in (arrays_path(manifest), path, "zarr.json") if p)] = crc32c(data)
+
+
+def chunk_layout(manifest: dict) -> dict:
+    """What a chunk writer needs of the manifest (a chunk task gets this, not the whole manifest)."""
+    return {k: manifest[k] for k in LAYOUT_KEYS if k in manifest}
 
 
 def chunk_bounds(manifest: dict, chunk: int) -> tuple[int, int]:
@@ -95,42 +135,74 @@ def chunk_bounds(manifest: dict, chunk: int) -> tuple[int, int]:
     return start, min(start + manifest["chunk_size"], manifest["num_networks"])
 
 
-def write_chunk(root: str | Path, chunk: int, params: dict[str, np.ndarray], rows: pa.Table) -> None:
-    """Write one chunk's parameters and rows. Safe to repeat: it overwrites the same cells."""
-    root = Path(root)
-    manifest = read_manifest(root)
-    start, stop = chunk_bounds(manifest, chunk)
+def train_stop(manifest: dict) -> int:
+    """The train networks are those below this index (the train split comes first)."""
+    train = manifest["splits"]["train"]
+    return train["start"] + train["count"]
+
+
+def train_chunks(manifest: dict) -> list[int]:
+    """The chunks that hold train networks, in order: those the statistics are reduced from."""
+    return [c for c in range(manifest["num_chunks"]) if chunk_bounds(manifest, c)[0] < train_stop(manifest)]
+
+
+def write_chunk(root, chunk: int, params: dict[str, np.ndarray], rows: pa.Table, layout: dict | None = None) -> str:
+    """Write one chunk's parameters and rows; returns the fragment's checksum. Safe to repeat: it
+    overwrites the same cells. ``layout``: :func:`chunk_layout` (read from the store if not given)."""
+    root = store_root(root)
+    layout = layout or chunk_layout(read_manifest(root))
+    start, stop = chunk_bounds(layout, chunk)
     if rows.num_rows != stop - start:
         raise StoreError(f"chunk {chunk} needs {stop - start} rows, got {rows.num_rows}")
     checked = {}
-    for name, shape in manifest["parameters"].items():  # check everything before writing anything
+    for name, shape in layout["parameters"].items():  # check everything before writing anything
         values = np.asarray(params[name], dtype=np.float32)
         if values.shape != (stop - start, *shape):
             raise StoreError(f"chunk {chunk}: {name} has shape {values.shape}, expected {(stop - start, *shape)}")
         if not np.isfinite(values).all():
             raise StoreError(f"chunk {chunk}: {name} contains NaN or inf; refusing to store it")
         checked[name] = values
-    group = zarr.open_group(str(root), mode="r+")
+    arrays = _open_arrays(zarr_location(arrays_root(root, layout)), json.dumps(layout, sort_keys=True))
     for name, values in checked.items():
-        group[name][start:stop] = values
-    _write_table_atomically(rows, root / fragment_name(chunk))
+        arrays[name][start:stop] = values
+    return write_table(rows, root / fragment_name(chunk))
 
 
-def mark_chunks_complete(root: str | Path, manifest: dict, chunks) -> dict:
-    manifest["complete_chunks"] = sorted(set(manifest["complete_chunks"]) | set(int(c) for c in chunks))
+@lru_cache(maxsize=4)
+def _open_arrays(group: str, layout: str) -> dict:
+    """The parameter arrays of a store, opened once per process and layout: a worker writing many
+    chunks of a URL store reads their metadata once, not a few requests per array and chunk."""
+    opened = zarr.open_group(group, mode="r+", zarr_format=3, use_consolidated=False)
+    return {name: opened[name] for name in json.loads(layout)["parameters"]}
+
+
+def mark_chunks_complete(root, manifest: dict, fragments: dict[int, str | None]) -> dict:
+    """List ``fragments``' chunks as complete, with their fragments' checksums (``chunk -> crc32c``)."""
+    files = manifest.setdefault("checksums", {"algorithm": ALGORITHM, "files": {}})["files"]
+    for chunk, checksum in fragments.items():
+        if checksum is not None:
+            files[fragment_name(int(chunk))] = checksum
+    manifest["complete_chunks"] = sorted(set(manifest["complete_chunks"]) | {int(c) for c in fragments})
     write_manifest(root, manifest)
     return manifest
 
 
-def reopen_chunks(root: str | Path, manifest: dict, chunks) -> dict:
+def reopen_chunks(root, manifest: dict, chunks) -> dict:
     """Take ``chunks`` off a store's completed list (the store is in progress again) so that
-    rerunning its generation refits them; used for chunks whose files were lost or damaged."""
-    root = Path(root)
-    group = zarr.open_group(str(root), mode="r")
-    for name in manifest["parameters"]:  # a damaged file must not be read back by a partial write
-        for c in chunks:
-            (root / name / chunk_key(group[name], int(c))).unlink(missing_ok=True)
-    manifest["complete_chunks"] = sorted(set(manifest["complete_chunks"]) - set(int(c) for c in chunks))
+    rerunning its generation remakes them; used for chunks whose files were lost or damaged.
+    With no chunks, the store is only marked in progress: the rerun rewrites its table and
+    statistics."""
+    root = store_root(root)
+    chunks = sorted(int(c) for c in chunks)
+    if chunks:
+        group = zarr.open_group(zarr_location(arrays_root(root, manifest)), mode="r", zarr_format=3, use_consolidated=False)
+        for name in manifest["parameters"]:  # a damaged file must not be read back by a partial write
+            for c in chunks:
+                (arrays_root(root, manifest) / name / chunk_key(group[name], c)).unlink(missing_ok=True)
+    files = manifest.get("checksums", {}).get("files", {})
+    for c in chunks:
+        files.pop(fragment_name(c), None)
+    manifest["complete_chunks"] = sorted(set(manifest["complete_chunks"]) - set(chunks))
     manifest["status"] = STATUS_IN_PROGRESS
     write_manifest(root, manifest)
     return manifest
@@ -146,25 +218,39 @@ def missing_chunks(manifest: dict) -> list[int]:
     return [c for c in range(manifest["num_chunks"]) if c not in done]
 
 
-def consolidate_rows(root: str | Path, manifest: dict) -> pa.Table:
-    """Merge the per-chunk fragments into ``networks.parquet`` (sorted by index, checked for gaps)."""
-    root = Path(root)
-    tables = [pq.read_table(root / fragment_name(c)) for c in range(manifest["num_chunks"])]
+def read_table(root, name: str, manifest: dict) -> pa.Table:
+    """A Parquet file of the store, checked against the checksum the manifest records for it
+    (:class:`DamagedStoreError` naming the file if it does not match)."""
+    data = (store_root(root) / name).read_bytes()
+    expected = manifest.get("checksums", {}).get("files", {}).get(name)
+    if expected is not None and crc32c(data) != expected:
+        raise DamagedStoreError(f"{store_root(root)} is damaged: {name} fails its crc32c checksum (the file "
+                                f"changed after it was written); {REPAIR_HINT}")
+    return pq.read_table(pa.BufferReader(data))
+
+
+def consolidate_rows(root, manifest: dict) -> pa.Table:
+    """Merge the per-chunk fragments into ``networks.parquet`` (sorted by index, checked for gaps)
+    and record its checksum in ``manifest`` (saved by the caller)."""
+    root = store_root(root)
+    tables = [read_table(root, fragment_name(c), manifest) for c in range(manifest["num_chunks"])]
     # a store resumed across versions may have fragments without a newer column (nulls there)
     table = pa.concat_tables(tables, promote_options="default").sort_by("index")
     index = table.column("index").to_numpy()
     if not np.array_equal(index, np.arange(manifest["num_networks"])):
         raise StoreError(f"{root}: network rows have gaps or duplicates; rerun the generation")
-    _write_table_atomically(table, root / NETWORKS_TABLE)
+    files = manifest.setdefault("checksums", {"algorithm": ALGORITHM, "files": {}})["files"]
+    files[NETWORKS_TABLE] = write_table(table, root / NETWORKS_TABLE)
     return table
 
 
-def _write_table_atomically(table: pa.Table, target: Path) -> None:
-    """Write a Parquet file under a temporary name, then rename it: a reader (or a rerun after a
-    crash) never sees a half-written one."""
-    tmp = target.with_suffix(".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, target)
+def write_table(table: pa.Table, target) -> str:
+    """Write a Parquet file whole (never half-written, see :func:`put_file`); returns its checksum."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    data = buffer.getvalue()
+    put_file(target, data)
+    return crc32c(data)
 
 
 def missing_fragments(root, manifest: dict) -> list[int]:
@@ -174,12 +260,10 @@ def missing_fragments(root, manifest: dict) -> list[int]:
 
 
 def rebuild_networks_table(root: str | Path) -> pa.Table:
-    """Rebuild a complete store's ``networks.parquet`` from its per-chunk fragments.
-
-    For a store whose table was deleted or damaged while ``fragments/`` survived. ``zoo generate``
-    does not do it: rerun on a complete store, it stops at "already complete".
-    """
-    root = require_local(root, "rebuild the table of")
+    """Rebuild a complete store's ``networks.parquet`` from its per-chunk fragments (a folder or a
+    URL). Rerunning the store's ``zoo generate`` command does this too, and repairs everything
+    else it finds."""
+    root = store_root(root)
     manifest = read_manifest(root)
     if manifest.get("status") != STATUS_COMPLETE:
         raise StoreError(f"{root} is not complete; rerun the same `zoo generate` command, which "
@@ -190,10 +274,12 @@ def rebuild_networks_table(root: str | Path) -> pa.Table:
             f"{root}: cannot rebuild {NETWORKS_TABLE}: {len(missing)} of {manifest['num_chunks']} "
             f"fragments are missing from {FRAGMENTS_DIR}/ (first: {missing[:5]}); {REPAIR_HINT}"
         )
-    return consolidate_rows(root, manifest)
+    table = consolidate_rows(root, manifest)
+    write_manifest(root, manifest)
+    return table
 
 
-def finalize(root: str | Path, manifest: dict, extra: dict) -> dict:
+def finalize(root, manifest: dict, extra: dict) -> dict:
     manifest.update(extra)
     manifest["status"] = STATUS_COMPLETE
     manifest["completed"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
