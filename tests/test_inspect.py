@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
+from zoo.store.manifest import write_manifest
 
 
 def png_size(path) -> tuple[int, int]:
@@ -25,7 +26,7 @@ def unfinish(store, into, chunks_done):
     manifest.update(status="in_progress", complete_chunks=chunks_done)
     for key in ("normalization", "completed"):
         manifest.pop(key, None)
-    (into / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(into, manifest)  # with its checksum, as the writer leaves it
     (into / "networks.parquet").unlink()
     return into
 

@@ -118,6 +118,9 @@ class _Batch:
     def __init__(self, ws):
         self.ws = ws
 
+    def __len__(self):
+        return len(self.ws)
+
 
 class _NormThenDrop(torch.nn.Module):
     def __init__(self):
