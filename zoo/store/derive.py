@@ -7,6 +7,7 @@ reader and loader works on it unchanged.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -28,15 +29,33 @@ def write_store(
     overwrite: bool = False,
 ) -> Path:
     """``params[name]`` is ``[N, ...]`` for every parameter of ``widths``; ``rows`` has N rows."""
-    n = rows.num_rows
-    manifest = create_store(root, widths=widths, num_networks=n, chunk_size=chunk_size, splits=splits,
+    return write_store_by_chunk(
+        root, widths=widths, num_networks=rows.num_rows,
+        chunk=lambda lo, hi: ({k: v[lo:hi] for k, v in params.items()}, rows.slice(lo, hi - lo)),
+        splits=splits, metadata=metadata, chunk_size=chunk_size, overwrite=overwrite)
+
+
+def write_store_by_chunk(
+    root: str | Path,
+    *,
+    widths,
+    num_networks: int,
+    chunk: Callable[[int, int], tuple[dict[str, np.ndarray], pa.Table]],
+    splits: dict[str, dict],
+    metadata: dict,
+    chunk_size: int = 1024,
+    overwrite: bool = False,
+) -> Path:
+    """:func:`write_store` for stores too large for memory: ``chunk(lo, hi)`` returns the parameters
+    ``[hi - lo, ...]`` and the rows of networks ``lo..hi-1``, one store chunk at a time."""
+    manifest = create_store(root, widths=widths, num_networks=num_networks, chunk_size=chunk_size, splits=splits,
                             metadata=metadata, overwrite=overwrite)
     train_stop = splits["train"]["start"] + splits["train"]["count"]
     moments = Moments.of({k: np.zeros((0, *s)) for k, s in parameter_shapes(widths).items()})
-    for chunk in range(manifest["num_chunks"]):
-        lo, hi = chunk_bounds(manifest, chunk)
-        part = {k: v[lo:hi] for k, v in params.items()}
-        write_chunk(root, chunk, part, rows.slice(lo, hi - lo))
+    for index in range(manifest["num_chunks"]):
+        lo, hi = chunk_bounds(manifest, index)
+        part, part_rows = chunk(lo, hi)
+        write_chunk(root, index, part, part_rows)
         if lo < train_stop:
             moments = moments.combine(Moments.of({k: v[: train_stop - lo] for k, v in part.items()}))
     mark_chunks_complete(root, manifest, range(manifest["num_chunks"]))
