@@ -18,7 +18,6 @@ from dws.tasks.adaptation import ResidualAdapter, accuracies, classifier_logits,
 from dws.tasks.domain import Corruption, Domain
 from dws.tasks.models import build_model
 from dws.weightspace import WeightSpace, random_group_element
-from zoo.generate.run import GenerateOptions, generate
 from zoo.store import WeightStore
 from zoo.train.mlp import get_activation, reference_network
 
@@ -31,21 +30,6 @@ TINY = ["--epochs", "1", "--batch-size", "4", "--lr", "1e-3", "--hidden-channels
 def random_networks(widths, count, generator, scale=0.3) -> WeightSpace:
     return WeightSpace(tuple(torch.randn(count, o, i, generator=generator) * scale for i, o in zip(widths, widths[1:])),
                        tuple(torch.randn(count, o, generator=generator) * scale for o in widths[1:]))
-
-
-@pytest.fixture(scope="module")
-def cifar_like(tmp_path_factory):
-    return write_cifar_like(tmp_path_factory.mktemp("cifar-like"))
-
-
-@pytest.fixture(scope="module")
-def pair_store(cifar_like, tmp_path_factory):
-    """12 binary classifiers of synthetic CIFAR-like images (8 / 2 / 2), and where their images are."""
-    out = tmp_path_factory.mktemp("pairs") / "store"
-    generate(GenerateOptions(kind="cifar10-classifiers", out=str(out), data_root=str(cifar_like),
-                             source_options={"verify": False}, limit=12, batch_size=16, chunk_size=4,
-                             progress=False), **QUIET)
-    return out
 
 
 @pytest.fixture(scope="module")
