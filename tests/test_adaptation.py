@@ -212,3 +212,14 @@ def test_adapt_refuses_stores_without_classifiers_or_images(tiny_store, pair_sto
                                   "--out", str(run), *TINY])
     assert result.exit_code == 2 and "is not the file the classifiers" in result.output, result.output
     assert not run.exists()
+
+
+def test_only_adapt_runs_write_adapted_stores(tiny_store, tmp_path):
+    runner = CliRunner()
+    run, out = tmp_path / "run", tmp_path / "adapted"
+    trained = runner.invoke(main, ["train", str(tiny_store), "--out", str(run), "--epochs", "1", "--lr", "1e-3",
+                                   "--hidden-channels", "4", "--precise-bn", "0", "--batch-size", "16"])
+    assert trained.exit_code == 0, trained.output
+    result = runner.invoke(main, ["eval", str(run), str(tiny_store), "--out", str(out)])
+    assert result.exit_code == 2 and "only --task adapt runs output networks" in result.output, result.output
+    assert not out.exists()
