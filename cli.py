@@ -239,6 +239,13 @@ def show(store, out, count, data_root):
 @click.option("--resume/--restart", default=TRAIN["resume"], show_default=True,
               help="--resume: continue an interrupted run in the run directory after its last completed epoch "
                    "(refused if the settings differ); --restart: discard it and start over (see docs/train.md).")
+@click.option("--input-reduction", type=int, default=TRAIN["input_reduction"], metavar="N",
+              help="DWSNet: map the input dimension d_0 to N features first (the paper's LIN(d_0, d_0')); "
+                   "--task adapt: default 16.")
+@click.option("--data-root", default=TRAIN["data_root"], type=click.Path(),
+              help="--task adapt: the folder of the classifiers' images (default: the one the store recorded).")
+@click.option("--image-batch", type=int, default=TRAIN["image_batch"], show_default=True,
+              help="--task adapt: images per classifier and step, drawn equally from its classes.")
 def train(store, **kw):
     """Train a model on a store's train split, select on val, report test (see docs/train.md)."""
     from dws.tasks.options import default_run_dir
@@ -257,13 +264,23 @@ def train(store, **kw):
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
 @click.argument("store", type=STORE)
 @click.option("--split", default="test", show_default=True)
-def eval_(run, store, split):
-    """Re-evaluate RUN's best checkpoint on STORE (refused if STORE's networks are incompatible)."""
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="--task adapt runs: write every network of STORE, adapted, as a new store here.")
+@click.option("--data-root", default=None, type=click.Path(),
+              help="--task adapt runs: the folder of STORE's images (default: the run's, else the store's).")
+def eval_(run, store, split, out, data_root):
+    """Re-evaluate RUN's best checkpoint on STORE (refused if STORE's networks are incompatible); with --out,
+    write STORE's classifiers adapted by an adapt run as a new store."""
     import json
 
+    if out is not None:
+        from dws.tasks.adapted_store import write_adapted_store
+
+        click.echo(json.dumps(write_adapted_store(run, store, out, data_root, log=click.echo), indent=2))
+        return
     from dws.tasks.rundir import evaluate_run
 
-    click.echo(json.dumps(evaluate_run(run, store, split), indent=2))
+    click.echo(json.dumps(evaluate_run(run, store, split, data_root=data_root), indent=2))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ def make_store(out: Path, name: str, log=print, **options) -> Path:
     # The published code's INR: zero biases and a narrow first layer, so fitting writes the signal
     # into W1/b1 instead of leaving them initialization noise (docs/train.md: ci MNIST DWSNet 67% vs
     # 53% with SIREN's wide first layer, 22% with random biases too).
-    options.setdefault("init", "reference")
+    if not options["kind"].endswith("-classifiers"):  # an INR option: classifier kinds refuse it
+        options.setdefault("init", "reference")
     generate(GenerateOptions(out=str(path), **options), log=log)
     return path
 

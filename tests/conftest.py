@@ -80,3 +80,23 @@ def s3_bucket(s3_server):
     name = f"zoo-{uuid.uuid4().hex[:12]}"
     boto3.client("s3").create_bucket(Bucket=name)
     yield f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def cifar_like(tmp_path_factory):
+    """Synthetic CIFAR-10 python batches (tests/clf_helpers.py)."""
+    from clf_helpers import write_cifar_like
+
+    return write_cifar_like(tmp_path_factory.mktemp("cifar-like"))
+
+
+@pytest.fixture(scope="session")
+def pair_store(cifar_like, tmp_path_factory):
+    """10 binary classifiers of the synthetic CIFAR-10 images (8 / 1 / 1 runs); read, never modified."""
+    from zoo.generate.run import GenerateOptions, generate
+
+    out = tmp_path_factory.mktemp("pairs") / "store"
+    generate(GenerateOptions(kind="cifar10-classifiers", out=str(out), data_root=str(cifar_like),
+                             source_options={"verify": False}, limit=10, batch_size=16, chunk_size=4,
+                             progress=False), log=lambda *_: None)
+    return out

@@ -15,7 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from cli import main
-from clf_helpers import synthetic_images, write_cifar_like, write_idx, write_mnist_like
+from clf_helpers import synthetic_images, write_idx, write_mnist_like
 from generate_helpers import kill_after_chunks
 from zoo.fit.adam import MaskedAdam
 from zoo.generate.kinds import KINDS
@@ -211,11 +211,6 @@ def mnist_like(tmp_path_factory):
     return write_mnist_like(tmp_path_factory.mktemp("mnist-like"))
 
 
-@pytest.fixture(scope="module")
-def cifar_like(tmp_path_factory):
-    return write_cifar_like(tmp_path_factory.mktemp("cifar-like"))
-
-
 def trajectory_options(root, **kw):
     return dict(kind="mnist-classifiers", data_root=str(root), source_options={"verify": False}, limit=8,
                 batch_size=32, steps=12, checkpoint_every=4, chunk_size=8, progress=False) | kw
@@ -225,15 +220,6 @@ def trajectory_options(root, **kw):
 def trajectory_store(mnist_like, tmp_path_factory):
     out = tmp_path_factory.mktemp("traj") / "store"
     generate(GenerateOptions(out=str(out), **trajectory_options(mnist_like)), **QUIET)
-    return out
-
-
-@pytest.fixture(scope="module")
-def pair_store(cifar_like, tmp_path_factory):
-    out = tmp_path_factory.mktemp("pairs") / "store"
-    generate(GenerateOptions(kind="cifar10-classifiers", out=str(out), data_root=str(cifar_like),
-                             source_options={"verify": False}, limit=10, batch_size=16, chunk_size=4,
-                             progress=False), **QUIET)
     return out
 
 

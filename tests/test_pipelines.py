@@ -47,3 +47,17 @@ def test_dwsnet_variant_pipelines(tmp_path, name):
     for paper_value in list(module.PAPER.values())[:2]:
         assert paper_value in text
     assert text.count("\n|") >= 3  # header, rule, at least one result row
+
+
+def test_domain_adaptation_pipeline(tmp_path):
+    from clf_helpers import write_cifar_like
+    from pipelines import domain_adaptation
+
+    images = write_cifar_like(tmp_path / "images")
+    text = domain_adaptation.run("smoke", tmp_path / "out", workers=1, data_root=str(images), **QUIET).read_text()
+    assert "71.36 ± 0.38" in text and "No adaptation" in text and "DWSNets" in text
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(results["models"]) == {"dwsnet", "mlp"} and 0 <= results["no_adaptation"] <= 1
+    assert all(len(r["seeds"]) == 2 for r in results["models"].values())
+    assert (tmp_path / "out" / "before_after.png").stat().st_size > 0
+    assert results["adapted_store"]["test"]["corrupted_accuracy_before"] == pytest.approx(results["no_adaptation"])

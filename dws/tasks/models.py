@@ -2,7 +2,10 @@
 optional hooks through which a model asks for its inputs to be transformed.
 
 The paper sizes every baseline to the DWSNet's parameter count; ``build_model`` does the same
-(the DWSNet is built first, then each baseline is sized to its count).
+(the DWSNet is built first, then each baseline is sized to its count). With ``equivariant=True``
+(``--task adapt``) the model maps networks to networks: an equivariant DWSNet (``num_layers``
+hidden DWS layers and an output layer, initialized with mu = 1e-3) or a baseline in its
+weight-space mode, inside a :class:`~dws.tasks.adaptation.ResidualAdapter` (``v -> v - dv``).
 
 A model may define two methods (both or neither); task code calls them through
 :func:`training_store` and :func:`evaluation_transform` and never asks which model it has:
@@ -24,10 +27,13 @@ from typing import Callable, Sequence
 from torch import nn
 
 from dws.baselines import BASELINES, build_baseline, count_params
-from dws.nn import DWSNetInvariant
+from dws.nn import DWSNetEquivariant, DWSNetInvariant
 from dws.nn.fast import accelerate
 from dws.weightspace import WeightSpace
 from zoo.store import WeightStore
+
+from .adaptation import OUTPUT_INIT_SCALE, ResidualAdapter, small_output
+from .options import ADAPT_MODELS
 
 
 def dwsnet_kwargs(hidden_channels: int, num_layers: int, dropout: float = 0.0, bn: bool = True,
@@ -38,17 +44,28 @@ def dwsnet_kwargs(hidden_channels: int, num_layers: int, dropout: float = 0.0, b
 
 def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_channels: int = 48,
                 num_layers: int = 4, dropout: float = 0.0, bn: bool = True, blocks: str = "all",
-                pool: str = "max", params_rtol: float = 0.15, backend: str = "auto") -> tuple[nn.Module, dict]:
+                pool: str = "max", input_reduction: int | None = None, equivariant: bool = False,
+                params_rtol: float = 0.15, backend: str = "auto") -> tuple[nn.Module, dict]:
     """The model and a description (name, parameter count, DWSNet count it was sized to); the DWSNet
     runs on ``backend`` (:func:`dws.nn.fast.accelerate`: same function, different speed)."""
     if name != "dwsnet" and name not in BASELINES:
         raise ValueError(f"unknown model {name!r}; choose from dwsnet, {', '.join(BASELINES)}")
-    dws = DWSNetInvariant(widths, out_features, **dwsnet_kwargs(hidden_channels, num_layers, dropout, bn, blocks, pool))
+    if equivariant and name not in ADAPT_MODELS:
+        raise ValueError(f"{name} outputs a vector, not a weight space; choose from {', '.join(ADAPT_MODELS)}")
+    layers = dwsnet_kwargs(hidden_channels, num_layers, dropout, bn, blocks, pool)
+    if equivariant:
+        dws = small_output(DWSNetEquivariant(widths, **{**layers, "num_layers": num_layers + 1},
+                                             input_reduction=input_reduction, output_init_scale=OUTPUT_INIT_SCALE))
+    else:
+        dws = DWSNetInvariant(widths, out_features, input_reduction=input_reduction, **layers)
     target = count_params(dws)
     if name == "dwsnet":
-        return accelerate(dws, backend), {"model": name, "params": target}
-    model = build_baseline(name, widths, out_features, target_params=target, params_rtol=params_rtol,
-                           dropout=dropout)
+        dws = accelerate(dws, backend)
+        return (ResidualAdapter(dws, widths) if equivariant else dws), {"model": name, "params": target}
+    model = build_baseline(name, widths, None if equivariant else out_features, target_params=target,
+                           params_rtol=params_rtol, dropout=dropout, **({"equivariant": True} if equivariant else {}))
+    if equivariant:
+        model = ResidualAdapter(small_output(model), widths)
     return model, {"model": name, "params": count_params(model), "sized_to": target}
 
 

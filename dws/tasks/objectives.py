@@ -4,6 +4,9 @@
 * ``regress``: e.g. sine frequency (target ``frequency``), MSE.
 * ``ssl``: SimCLR-style NT-Xent on two noisy/masked views (temperature 0.1) into a 16-dim
   embedding; judged by a linear regressor from the embedding to the targets (test MSE).
+* ``adapt``: classifier weights ``v`` -> residual weights ``dv`` of the same shapes; the adapted
+  classifiers ``v - dv`` are trained and judged on corrupted images of their own classes
+  (:mod:`dws.tasks.adaptation`, :mod:`dws.tasks.domain`).
 
 A task is one :class:`Task` subclass registered in :data:`TASKS`; the trainer, the loaders and
 the run directory only call its methods. Its four fields are what ``config.json`` records.
@@ -22,6 +25,8 @@ from dws.stream import read_targets
 from dws.weightspace import WeightSpace
 from zoo.store import StoreError, WeightStore
 
+from .adaptation import Adaptation
+
 Tensor = torch.Tensor
 SSL_EMBEDDING = 16
 
@@ -35,6 +40,13 @@ class Task:
 
     full_batches: ClassVar[bool] = False  # train on full batches only (the last, shorter one is dropped)
     probe: ClassVar[bool] = False  # evaluation also needs the un-augmented train split (``probe`` batches)
+    # the model maps networks to residual weights of the same shapes: it takes raw, un-augmented networks
+    # (its output is subtracted from them), and the task evaluates it itself (:meth:`evaluate`)
+    outputs_weights: ClassVar[bool] = False
+
+    def bind(self, store: WeightStore, data_root: str | None = None, image_batch: int = 128) -> "Task":
+        """The task for ``store`` (a task that needs more than the networks, e.g. images, loads it here)."""
+        return self
 
     def better(self, a: float, b: float | None) -> bool:
         return b is None or (a > b if self.mode == "max" else a < b)
@@ -112,10 +124,42 @@ class SelfSupervised(Task):
         return {"probe_mse": linear_probe_mse(train_z.numpy(), train_y.numpy(), outputs.numpy(), targets.numpy())}
 
 
+class Adapt(Task):
+    """Per store: :meth:`bind` loads the images (:class:`~dws.tasks.adaptation.Adaptation`); the
+    target is the store index, through which each network's classes and activation are found."""
+
+    outputs_weights = True
+    adaptation = None  # set on the bound copy
+
+    def bind(self, store, data_root=None, image_batch=128):
+        bound = replace(self)
+        object.__setattr__(bound, "adaptation", Adaptation(store, data_root, image_batch))  # not a field
+        return bound
+
+    def check_store(self, store, ranges):
+        status = store.networks.column("status").to_pylist() if "status" in store.networks.column_names else []
+        bad = [i for start, stop in ranges.values() for i in range(start, stop) if status and status[i] != "ok"]
+        if bad:
+            raise ValueError(f"--task adapt: {len(bad)} network(s) of {store.root} did not train normally "
+                             f"(status not ok, e.g. {bad[:5]}); adaptation needs trained classifiers")
+
+    def output_size(self, store):
+        return sum(int(np.prod(shape)) for shape in store.manifest["parameters"].values())
+
+    def loss(self, model, ws, target, temperature):
+        return self.adaptation.loss(model, ws, target)
+
+    def evaluate(self, model, loader, device) -> dict:
+        """Accuracy of the adapted and the unadapted networks of ``loader`` on fixed corrupted images:
+        the test images for the test split, the held-out training images otherwise."""
+        return self.adaptation.evaluate(model, loader, device, "test" if loader.split == "test" else "val")
+
+
 CLASSIFY = Classify("classify", "label", "accuracy", "max")
 REGRESS = Regress("regress", "frequency", "mse", "min")
 SSL = SelfSupervised("ssl", "amplitude,frequency", "probe_mse", "min")
-TASKS = {t.name: t for t in (CLASSIFY, REGRESS, SSL)}
+ADAPT = Adapt("adapt", "index", "accuracy", "max")
+TASKS = {t.name: t for t in (CLASSIFY, REGRESS, SSL, ADAPT)}
 
 
 def get_task(name: str, target: str | None = None) -> Task:

@@ -16,7 +16,9 @@ from zoo.options import require_at_least, require_positive
 # the models and tasks `zoo train` offers; dws.tasks.models and dws.tasks.objectives build them
 # (tests/test_train.py checks that the three agree)
 MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer")
-TASKS = ("classify", "regress", "ssl")
+TASKS = ("classify", "regress", "ssl", "adapt")
+ADAPT_MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align")  # the models whose output can be a weight space
+ADAPT_INPUT_REDUCTION = 16  # adapt's default d_0' (the paper: 3072 -> 16)
 # how the DWSNet runs (dws.nn.fast.accelerate's backends; tests/test_train.py checks they agree):
 # auto = native C kernels where they apply, else fused PyTorch; plain = the paper's modules as written
 BACKENDS = ("auto", "native", "pytorch", "plain")
@@ -51,6 +53,9 @@ class TrainOptions:
     address: str | None = None  # Ray cluster to join with workers > 1 (None: a local one)
     backend: str = "auto"  # how the DWSNet runs (BACKENDS); same function, different speed
     resume: bool = True  # continue an unfinished run in the run directory (same settings); False: start over
+    input_reduction: int | None = None  # DWSNet: map d_0 to this many features first (adapt: default 16)
+    data_root: str | None = None  # adapt: the classifiers' images (default: the folder the store recorded)
+    image_batch: int = 128  # adapt: images per classifier and step
 
 
 DEFAULTS = {f.name: f.default for f in fields(TrainOptions) if f.name != "store"}
@@ -71,7 +76,8 @@ def check_options(opts: TrainOptions) -> None:
                       "--hidden-channels": (opts.hidden_channels, 1), "--num-layers": (opts.num_layers, 1),
                       "--loader-workers": (opts.loader_workers, 0), "--workers": (opts.workers, 1),
                       "--patience": (opts.patience, 1), "--train-limit": (opts.train_limit, 1),
-                      "--precise-bn": (opts.precise_bn, 0)})
+                      "--precise-bn": (opts.precise_bn, 0), "--input-reduction": (opts.input_reduction, 1),
+                      "--image-batch": (opts.image_batch, 1)})
     require_positive("--lr", opts.lr)
     if not 0 <= opts.dropout < 1:
         raise ValueError(f"--dropout must be in [0, 1), got {opts.dropout}")
@@ -84,6 +90,16 @@ def check_options(opts: TrainOptions) -> None:
             if getattr(opts, name) != DEFAULTS[name]:
                 raise ValueError(f"{flag} shapes DWSNet layers and --model {opts.model} has none ({why}); "
                                  f"drop {flag}, or train --model dwsnet")
+    if opts.task == "adapt":
+        if opts.model not in ADAPT_MODELS:
+            raise ValueError(f"--task adapt needs a model whose output is a weight space ({', '.join(ADAPT_MODELS)}); "
+                             f"--model {opts.model} outputs a vector")
+        if opts.target is not None:
+            raise ValueError("--task adapt has no --target: each network is judged by its own classes' accuracy")
+    else:
+        for flag, name in (("--data-root", "data_root"), ("--image-batch", "image_batch")):
+            if getattr(opts, name) != DEFAULTS[name]:
+                raise ValueError(f"{flag} is an option of --task adapt (the classifiers' images)")
     if opts.address is not None and opts.workers < 2:
         raise ValueError(f"--address {opts.address} joins a Ray cluster for data-parallel training, which needs "
                          f"--workers N with N > 1 (got --workers {opts.workers})")

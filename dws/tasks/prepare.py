@@ -28,7 +28,7 @@ from zoo.store import StoreError, WeightStore
 from .checkpoint import RunCheckpoints
 from .models import build_model, training_store
 from .objectives import Task, get_task
-from .options import TrainOptions, default_run_dir
+from .options import ADAPT_INPUT_REDUCTION, TrainOptions, default_run_dir
 
 
 class FirstBatches:
@@ -81,7 +81,8 @@ class PreparedRun:
     def loaders(self, seed: int) -> dict:
         """``train``, ``val``, ``test`` (and ``probe`` / ``calibrate`` where used) for one seed."""
         opts, task = self.opts, self.task
-        common = dict(batch_size=opts.batch_size, target=task.target, seed=seed, num_workers=opts.loader_workers)
+        common = dict(batch_size=opts.batch_size, target=task.target, seed=seed, num_workers=opts.loader_workers,
+                      normalize=not task.outputs_weights)  # a residual-weight model takes raw networks
         train = WeightStoreLoader(self.data_store, "train", shuffle=True, augment=self.augment,
                                   drop_last=task.full_batches, limit=opts.train_limit, **common)
         out = {
@@ -149,17 +150,21 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     task = get_task(opts.task, opts.target)
     check_store(store, task, opts)
     warn_small_val(store, opts, log)
+    task = task.bind(store, opts.data_root, opts.image_batch)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
     checkpoints = RunCheckpoints(run_dir, resume_settings(opts, store), opts.resume)
     checkpoints.check()
     num_classes, out_features = task.num_classes(store), task.output_size(store)
+    reduction = opts.input_reduction or (ADAPT_INPUT_REDUCTION if task.outputs_weights else None)
     model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
-                        bn=opts.bn, blocks=opts.blocks, pool=opts.pool)
+                        bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=reduction)
+    if task.outputs_weights:
+        model_kwargs["equivariant"] = True
     # refuses what cannot be built (plain: no kernel build for a check)
     model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs, backend="plain")
     if (run_dir / "metrics.json").exists() and not checkpoints.unfinished():
         log(f"note: {run_dir} holds an earlier run; this one replaces it when it finishes")
     data_store = training_store(model, store, run_dir, log)
+    augment = default_augmentation(store) if opts.augment and not task.outputs_weights else None
     return PreparedRun(opts, store, task, run_dir, num_classes, out_features, model_kwargs, data_store,
-                       resolve_device(opts.device), default_augmentation(store) if opts.augment else None,
-                       checkpoints)
+                       resolve_device(opts.device), augment, checkpoints)

@@ -112,17 +112,27 @@ class LoadedRun:
     def loader(self, store: str | Path | WeightStore, split: str = "test", batch_size: int = 512,
                shuffle: bool = False) -> WeightStoreLoader:
         """``split`` of ``store`` as this model's inputs; refuses networks of another architecture."""
-        store = store if isinstance(store, WeightStore) else WeightStore(store)
+        store = self.check(store if isinstance(store, WeightStore) else WeightStore(store))
+
+        def inputs(ws, generator=None):
+            ws = ws if self.transform is None else self.transform(ws)
+            return ws if self.task.outputs_weights else self.normalizer.normalize(ws)  # adapters take raw networks
+
+        return WeightStoreLoader(store, split, batch_size=batch_size, target=self.task.target, shuffle=shuffle,
+                                 normalize=False, augment=inputs)
+
+    def check(self, store: WeightStore) -> WeightStore:
+        """``store``, if its networks have the architecture this run was trained on (else StoreError)."""
         mine, theirs = architecture_signature(store), self.config["architecture"]
         if mine != theirs:
             diff = {k: (theirs.get(k), mine.get(k)) for k in ARCH_KEYS if theirs.get(k) != mine.get(k)}
             raise StoreError(f"{store.root} is incompatible with run {self.run_dir}: (run, store) differ in {diff}")
+        return store
 
-        def inputs(ws, generator=None):
-            return self.normalizer.normalize(ws if self.transform is None else self.transform(ws))
-
-        return WeightStoreLoader(store, split, batch_size=batch_size, target=self.task.target, shuffle=shuffle,
-                                 normalize=False, augment=inputs)
+    def bind(self, store: WeightStore, data_root: str | None = None) -> Task:
+        """The run's task for ``store`` (``adapt``: its images; default: the run's own --data-root)."""
+        options = self.config["options"]
+        return self.task.bind(store, data_root or options.get("data_root"), options.get("image_batch", 128))
 
 
 def load_run(run_dir: str | Path) -> LoadedRun:
@@ -142,10 +152,12 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     return LoadedRun(run_dir, config, task, model, normalizer, evaluation_transform(model))
 
 
-def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test", batch_size: int = 512) -> dict:
+def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test", batch_size: int = 512,
+                 data_root: str | None = None) -> dict:
     """Re-evaluate a run's best checkpoint on ``split`` of any compatible store."""
     run = load_run(run_dir)
     store = WeightStore(store_path)
-    probe = run.loader(store, "train", batch_size) if run.task.probe else None
-    metrics = evaluate(run.model, run.task, run.loader(store, split, batch_size), "cpu", probe)
+    task = run.bind(store, data_root)
+    probe = run.loader(store, "train", batch_size) if task.probe else None
+    metrics = evaluate(run.model, task, run.loader(store, split, batch_size), "cpu", probe)
     return {"run": str(run.run_dir), "store": str(store.root), "split": split, **metrics}

@@ -119,6 +119,8 @@ def recalibrate_batchnorm(model: torch.nn.Module, loader: Iterable, device: str)
 
 def evaluate(model, task: Task, loader: Iterable, device: str, probe_train: Iterable | None = None) -> dict:
     """Metrics of ``model`` on ``loader``; a task with a probe (SSL) also gets ``probe_train``'s outputs."""
+    if task.outputs_weights:  # its outputs are networks, judged by running them
+        return task.evaluate(model, loader, device)
     outputs, targets = predict(model, loader, device)
     return task.metrics(outputs, targets, predict(model, probe_train, device) if task.probe else None)
 
