@@ -78,7 +78,7 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
         options = {**scale.train, **({"lr": LR[scale_name][model]} if model in LR.get(scale_name, {}) else {})}
         metrics = train(store, out, model, "adapt", log=log, progress=not quiet, data_root=data_root, **options)
         runs[model] = metrics["run_dir"]
-        results[model] = {**metrics["summary"], "seeds": [t["accuracy"] for t in metrics["test"]],
+        results[model] = {**metrics["summary"], "summary": metrics["summary"], "seeds": [t["accuracy"] for t in metrics["test"]],
                           "before": metrics["test"][0]["accuracy_before"], "params": metrics["params"],
                           "lr": metrics["lr"]}
     before = next(iter(results.values()))["before"]  # the same unseen classifiers and images for every run
