@@ -176,7 +176,7 @@ def show(store, out, count, data_root):
 @main.command()
 @click.argument("store", type=STORE)
 @click.option("--model", type=click.Choice(MODELS), default=TRAIN["model"], show_default=True,
-              help="dwsnet, or a baseline sized to its parameter count.")
+              help="dwsnet, or a baseline sized to its parameter count (stats: weight statistics + MLP).")
 @click.option("--task", type=click.Choice(TASKS), default=TRAIN["task"], show_default=True)
 @click.option("--target", default=TRAIN["target"], help="Store column(s) to predict (default: the task's).")
 @click.option("--out", default=TRAIN["out"], type=click.Path(file_okay=False),
@@ -192,6 +192,9 @@ def show(store, out, count, data_root):
               help="DWSNet channels (baselines are sized to match).")
 @click.option("--num-layers", type=int, default=TRAIN["num_layers"], show_default=True,
               help="DWSNet layers (baselines are sized to match).")
+@click.option("--input-reduction", type=int, default=TRAIN["input_reduction"], metavar="N",
+              help="DWSNet: map the networks' d_0 inputs to N by a linear layer first (the paper's d_0' = 16 for "
+                   "784-input classifiers); baselines are sized to that DWSNet.")
 @click.option("--dropout", type=float, default=TRAIN["dropout"], show_default=True)
 @click.option("--bn/--no-bn", default=TRAIN["bn"], show_default=True, help="DWSNet batch norm (dwsnet only).")
 @click.option("--blocks", default=TRAIN["blocks"], show_default=True,

@@ -15,7 +15,7 @@ from zoo.options import require_at_least, require_positive
 
 # the models and tasks `zoo train` offers; dws.tasks.models and dws.tasks.objectives build them
 # (tests/test_train.py checks that the three agree)
-MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer")
+MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer", "stats")
 TASKS = ("classify", "regress", "ssl")
 
 
@@ -33,6 +33,9 @@ class TrainOptions:
     seed: int = 0
     hidden_channels: int = 48  # the DWSNet's; the baselines are sized to its parameter count
     num_layers: int = 4  # likewise
+    # the DWSNet's LIN(d_0, d_0') before its first layer (the paper's d_0' = 16 for 784-input classifiers);
+    # likewise sets the DWSNet the baselines are sized to. None: no reduction
+    input_reduction: int | None = None
     dropout: float = 0.0
     bn: bool = True
     blocks: str = "all"
@@ -63,6 +66,7 @@ def check_options(opts: TrainOptions) -> None:
     """Refuse option values that cannot train before anything is read or created (ValueError)."""
     require_at_least({"--epochs": (opts.epochs, 1), "--batch-size": (opts.batch_size, 1), "--seeds": (opts.seeds, 1),
                       "--hidden-channels": (opts.hidden_channels, 1), "--num-layers": (opts.num_layers, 1),
+                      "--input-reduction": (opts.input_reduction, 1),
                       "--loader-workers": (opts.loader_workers, 0), "--workers": (opts.workers, 1),
                       "--patience": (opts.patience, 1), "--train-limit": (opts.train_limit, 1),
                       "--precise-bn": (opts.precise_bn, 0)})

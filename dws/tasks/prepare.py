@@ -17,7 +17,7 @@ from typing import Callable
 
 from torch import nn
 
-from dws.stream import WeightStoreLoader, inr_augmentation
+from dws.stream import WeightStoreLoader, describe_excluded, excluded, inr_augmentation, usable_mask
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
 from zoo.store import StoreError, WeightStore
@@ -102,6 +102,10 @@ def split_ranges(store: WeightStore, train_limit: int | None) -> dict[str, tuple
 def check_store(store: WeightStore, task: Task, opts: TrainOptions) -> None:
     """Refuse a store the task cannot train on, with what the store has instead (ValueError/StoreError)."""
     ranges = split_ranges(store, opts.train_limit)
+    for split, (start, stop) in ranges.items():
+        if not usable_mask(store, start, stop).any():
+            raise StoreError(f"{store.root}: no network of split {split!r} trained normally (status: "
+                             f"{dict(excluded(store, start, stop))}); a run needs networks to train, select and test on")
     task.check_store(store, ranges)
     start, stop = ranges["train"]
     if task.full_batches and stop - start < opts.batch_size:
@@ -110,15 +114,24 @@ def check_store(store: WeightStore, task: Task, opts: TrainOptions) -> None:
                          f"lower --batch-size")
 
 
+def log_excluded(store: WeightStore, ranges: dict[str, tuple[int, int]], log=print) -> None:
+    """Say how many networks of each split the loaders leave out (a status other than ``ok``) and why."""
+    for split, (start, stop) in ranges.items():
+        counts = excluded(store, start, stop)
+        if counts:
+            log(f"note: {describe_excluded(counts, stop - start, split)}; they are neither trained on nor evaluated")
+
+
 def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     """Check ``opts`` against the store and set the run up (see the module docstring)."""
     store = WeightStore(opts.store)
     task = get_task(opts.task, opts.target)
     check_store(store, task, opts)
+    log_excluded(store, split_ranges(store, opts.train_limit), log)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
     num_classes, out_features = task.num_classes(store), task.output_size(store)
     model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
-                        bn=opts.bn, blocks=opts.blocks, pool=opts.pool)
+                        bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=opts.input_reduction)
     model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs)  # refuses what cannot be built
     if (run_dir / "metrics.json").exists():
         log(f"note: {run_dir} holds an earlier run; this one replaces it when it finishes")

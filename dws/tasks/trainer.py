@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 import torch
@@ -40,6 +40,14 @@ class TrainConfig:
     temperature: float = 0.1  # NT-Xent, SSL only
 
 
+class Predictions(NamedTuple):
+    """A split's model outputs, its targets, and the store rows (``index``) they belong to, in loader order."""
+
+    output: Tensor
+    target: Tensor
+    index: Tensor
+
+
 @dataclass
 class TrainResult:
     best_epoch: int
@@ -48,6 +56,7 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     state_dict: dict | None = None
     seconds: float = 0.0
+    test_predictions: Predictions | None = None  # the selected epoch's, on the test split
 
 
 def _to(batch, device):
@@ -76,14 +85,15 @@ def _length(loader) -> int | None:
 
 
 @torch.no_grad()
-def predict(model, loader: Iterable, device: str) -> tuple[Tensor, Tensor]:
+def predict(model, loader: Iterable, device: str) -> Predictions:
     model.eval()
-    outs, targets = [], []
+    outs, targets, index = [], [], []
     for batch in loader:
         ws, target = _to(batch, device)
         outs.append(model(ws).float().cpu())
         targets.append(target.cpu())
-    return torch.cat(outs), torch.cat(targets)
+        index.append(batch.index)
+    return Predictions(torch.cat(outs), torch.cat(targets), torch.cat(index))
 
 
 @torch.no_grad()
@@ -112,8 +122,13 @@ def recalibrate_batchnorm(model: torch.nn.Module, loader: Iterable, device: str)
 
 def evaluate(model, task: Task, loader: Iterable, device: str, probe_train: Iterable | None = None) -> dict:
     """Metrics of ``model`` on ``loader``; a task with a probe (SSL) also gets ``probe_train``'s outputs."""
-    outputs, targets = predict(model, loader, device)
-    return task.metrics(outputs, targets, predict(model, probe_train, device) if task.probe else None)
+    return score(model, task, predict(model, loader, device), device, probe_train)
+
+
+def score(model, task: Task, predictions: Predictions, device: str, probe_train: Iterable | None = None) -> dict:
+    """The task's metrics of ``predictions`` (made by ``model``, which also runs the probe if the task has one)."""
+    probe = predict(model, probe_train, device)[:2] if task.probe else None
+    return task.metrics(predictions.output, predictions.target, probe)
 
 
 def train(
@@ -181,5 +196,6 @@ def train(
             break
     bar.close()
     model.load_state_dict(best_state)
-    test = evaluate(model, task, loaders["test"], device, loaders.get("probe"))
-    return TrainResult(best_epoch, best, test, history, best_state, time.perf_counter() - t0)
+    predictions = predict(model, loaders["test"], device)
+    test = score(model, task, predictions, device, loaders.get("probe"))
+    return TrainResult(best_epoch, best, test, history, best_state, time.perf_counter() - t0, predictions)
