@@ -47,3 +47,15 @@ def test_dwsnet_variant_pipelines(tmp_path, name):
     for paper_value in list(module.PAPER.values())[:2]:
         assert paper_value in text
     assert text.count("\n|") >= 3  # header, rule, at least one result row
+
+
+def test_generalization_pipeline(tmp_path):
+    from pipelines import generalization
+
+    text = generalization.run("smoke", tmp_path, workers=1, **QUIET).read_text()
+    assert "figure only" in text and "Kendall τ" in text and "train-split mean (a constant)" in text
+    assert (tmp_path / "predicted_vs_actual.png").read_bytes()[:4] == b"\x89PNG"
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["models"]) == {"stats", "mlp", "dwsnet"}
+    assert all(r["mse"]["mean"] >= 0 and r["params"] > 0 for r in results["models"].values())
+    assert 0 < results["constant"]["mse"] < 1  # accuracies lie in [0, 1]
