@@ -14,10 +14,14 @@ and predicted-vs-actual scatter plots (``predicted_vs_actual.png``; each run dir
 its own ``predictions.png``).
 
 ``ci``: the first 40 runs of the paper's zoo (30 / 5 / 5) with a checkpoint every 10 steps (31
-per run, 1,240 networks), one seed at a fixed learning rate, without the Transformer (a DWSNet's
-cost per network; add it with ``--models``). ``full``: the paper's 200 runs x 149 checkpoints, the
-learning-rate search and 3 seeds, every model. The Fashion-MNIST files are taken from
-``--data-root``, else from ``../shared/data/fashion-mnist`` beside the checkout.
+per run, 1,240 networks), one seed at a fixed learning rate, without the Transformer (3x a
+DWSNet's cost per network; add it with ``--models``). ``full``: the paper's 200 runs x 149
+checkpoints, the learning-rate search and 3 seeds, every model. The Fashion-MNIST files are taken
+from ``--data-root``, else from ``../shared/data/fashion-mnist`` beside the checkout.
+
+Besides the paper's DWSNet (batch norm after every layer, as for every model in the paper) the
+pipeline trains ``dwsnet-no-bn``, the same DWSNet without batch norm: with it, the DWSNet's
+regression output depends strongly on the batch-norm statistics (docs/train.md).
 
 No weight augmentation at any scale: noise and dropout change a classifier's function and so its
 accuracy, which is the target.
@@ -39,7 +43,9 @@ from .common import Scale, main_with, make_store, train, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NAMES = {"mlp": "MLP", "mlp-perm": "MLP + Perm. aug", "mlp-align": "MLP + Alignment", "transformer": "Transformer",
-         "stats": "Weight statistics (Unterthiner et al.)", "dwsnet": "DWSNets"}
+         "stats": "Weight statistics (Unterthiner et al.)", "dwsnet": "DWSNets", "dwsnet-no-bn": "DWSNets without BN"}
+# entries that train a model with other options: (--model, option overrides); their runs go to OUT/<entry>/runs
+VARIANTS = {"dwsnet-no-bn": ("dwsnet", {"bn": False})}
 # the paper gives this result as a figure only (appendix, "Predicting the generalization performance of NNs")
 PAPER = "figure only"
 TARGET = "test_accuracy"
@@ -65,8 +71,9 @@ SCALES = {
                    precise_bn=4096, augment=False),
     ),
 }
-MODELS = {"smoke": ("stats", "mlp", "dwsnet"), "ci": ("stats", "mlp", "mlp-perm", "mlp-align", "dwsnet"),
-          "full": ("stats", "mlp", "mlp-perm", "mlp-align", "transformer", "dwsnet")}
+MODELS = {"smoke": ("stats", "mlp", "dwsnet", "dwsnet-no-bn"),
+          "ci": ("stats", "mlp", "mlp-perm", "mlp-align", "dwsnet", "dwsnet-no-bn"),
+          "full": ("stats", "mlp", "mlp-perm", "mlp-align", "transformer", "dwsnet", "dwsnet-no-bn")}
 
 
 def fashion_root(data_root: str | None) -> str:
@@ -95,8 +102,9 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     models = models or MODELS[scale_name]
     results, predictions = {}, {}
     for model in models:
-        metrics = train(store, out, model, "regress", log=log, target=TARGET, progress=scale_name != "smoke",
-                        **scale.train)
+        name, overrides = VARIANTS.get(model, (model, {}))
+        metrics = train(store, out if name == model else out / model, name, "regress", log=log, target=TARGET,
+                        progress=scale_name != "smoke", **{**scale.train, **overrides})
         taus = np.array([t["kendall_tau"] for t in metrics["test"]])
         results[model] = {"mse": metrics["summary"]["mse"], "kendall_tau": {"mean": float(taus.mean()),
                                                                            "std": float(taus.std())},
@@ -118,6 +126,8 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
          "'achieves the lowest error, significantly outperforming most baselines'",
          f"target: a checkpoint's test accuracy in [0, 1]; {'mean ± std over ' + str(seeds) + ' seeds' if seeds > 1 else 'one seed (± 0.000: no spread)'}",
          "predicted vs actual on the test split: predicted_vs_actual.png (one panel per model, the first seed run)",
+         *(["DWSNets without BN: the paper's DWSNet with --no-bn (the paper trains every model with batch norm); "
+            "see docs/train.md, 'Generalization prediction'"] if "dwsnet-no-bn" in models else []),
          f"store: {store} ({describe(WeightStore(store))}); made or reused in {made:.0f} s",
          f"training: {scale.train}; seconds per model: "
          + ", ".join(f"{m} {sum(results[m]['seconds']):.0f}" for m in models),
