@@ -199,7 +199,7 @@ def show(store, out, count, data_root):
 @main.command()
 @click.argument("store", type=STORE)
 @click.option("--model", type=click.Choice(MODELS), default=TRAIN["model"], show_default=True,
-              help="dwsnet, or a baseline sized to its parameter count.")
+              help="dwsnet, or a baseline sized to its parameter count (stats: weight statistics + MLP).")
 @click.option("--task", type=click.Choice(TASKS), default=TRAIN["task"], show_default=True)
 @click.option("--target", default=TRAIN["target"], help="Store column(s) to predict (default: the task's).")
 @click.option("--out", default=TRAIN["out"], type=click.Path(file_okay=False),
@@ -215,6 +215,10 @@ def show(store, out, count, data_root):
               help="DWSNet channels (baselines are sized to match).")
 @click.option("--num-layers", type=int, default=TRAIN["num_layers"], show_default=True,
               help="DWSNet layers (baselines are sized to match).")
+@click.option("--input-reduction", type=int, default=TRAIN["input_reduction"], metavar="N",
+              help="DWSNet: map the networks' d_0 inputs to N by a linear layer first (the paper's d_0' = 16 for "
+                   "784-input classifiers, 3072 -> 16 for --task adapt, its default there); baselines are sized "
+                   "to that DWSNet.")
 @click.option("--dropout", type=float, default=TRAIN["dropout"], show_default=True)
 @click.option("--bn/--no-bn", default=TRAIN["bn"], show_default=True, help="DWSNet batch norm (dwsnet only).")
 @click.option("--blocks", default=TRAIN["blocks"], show_default=True,
@@ -239,9 +243,6 @@ def show(store, out, count, data_root):
 @click.option("--resume/--restart", default=TRAIN["resume"], show_default=True,
               help="--resume: continue an interrupted run in the run directory after its last completed epoch "
                    "(refused if the settings differ); --restart: discard it and start over (see docs/train.md).")
-@click.option("--input-reduction", type=int, default=TRAIN["input_reduction"], metavar="N",
-              help="DWSNet: map the input dimension d_0 to N features first (the paper's LIN(d_0, d_0')); "
-                   "--task adapt: default 16.")
 @click.option("--data-root", default=TRAIN["data_root"], type=click.Path(),
               help="--task adapt: the folder of the classifiers' images (default: the one the store recorded).")
 @click.option("--image-batch", type=int, default=TRAIN["image_batch"], show_default=True,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dws.tasks.options import TrainOptions
 from dws.tasks.run import train_run
+from zoo.generate.kinds import InrKind, get_kind
 from zoo.generate.run import GenerateOptions, generate
 
 
@@ -40,13 +41,20 @@ def parse_args(description: str, default_out: str, scales=("ci", "full")) -> arg
     return p.parse_args()
 
 
+def main_with(run, description: str, default_out: str, scales) -> None:
+    """The command line of a pipeline whose ``run(scale, out, workers, models, data_root)`` writes a report."""
+    args = parse_args(description, default_out, scales=tuple(scales))
+    models = args.models.split(",") if args.models else None
+    print(run(args.scale, Path(args.out) / args.scale, args.workers, models, args.data_root).read_text())
+
+
 def make_store(out: Path, name: str, log=print, **options) -> Path:
     """Generate (or resume, or reuse) a store under ``out/stores``."""
     path = out / "stores" / name
     # The published code's INR: zero biases and a narrow first layer, so fitting writes the signal
     # into W1/b1 instead of leaving them initialization noise (docs/train.md: ci MNIST DWSNet 67% vs
     # 53% with SIREN's wide first layer, 22% with random biases too).
-    if not options["kind"].endswith("-classifiers"):  # an INR option: classifier kinds refuse it
+    if isinstance(get_kind(options["kind"]), InrKind):  # (classifier kinds have no --init)
         options.setdefault("init", "reference")
     generate(GenerateOptions(out=str(path), **options), log=log)
     return path

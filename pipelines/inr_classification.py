@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common import Scale, fmt, make_store, parse_args, train, write_report
+from .common import Scale, fmt, main_with, make_store, train, write_report
 
 PAPER = {  # Table 2, MNIST INR column
     "mlp": "17.55 ± 0.01",
@@ -93,10 +93,7 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
 
 
 def main():
-    args = parse_args(__doc__, "results/inr-classification", scales=tuple(SCALES))
-    out = Path(args.out) / args.scale
-    report = run(args.scale, out, args.workers, args.models.split(",") if args.models else None, args.data_root)
-    print(report.read_text())
+    main_with(run, __doc__, "results/inr-classification", SCALES)
 
 
 if __name__ == "__main__":

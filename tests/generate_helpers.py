@@ -54,3 +54,14 @@ def assert_identical_stores(a, b) -> None:
     for name, (mean, std) in sa.stats().items():
         np.testing.assert_array_equal(stats_b[name][0], mean)
         np.testing.assert_array_equal(stats_b[name][1], std)
+
+
+def replace_networks_table(root: Path, table) -> None:
+    """Rewrite a store's ``networks.parquet`` as the writer writes it: its checksum recorded in the manifest
+    (a test's edited table, e.g. rows marked diverged or holes in a target, read back as a sound store)."""
+    from zoo.store.manifest import read_manifest, write_manifest
+    from zoo.store.writer import write_table
+
+    manifest = read_manifest(root)
+    manifest["checksums"]["files"]["networks.parquet"] = write_table(table, Path(root) / "networks.parquet")
+    write_manifest(root, manifest)

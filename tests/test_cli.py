@@ -75,8 +75,7 @@ def sine_stores(tmp_path_factory):
     import pyarrow.parquet as pq
 
     from zoo.generate.run import GenerateOptions, generate
-    from zoo.store.manifest import read_manifest, write_manifest
-    from zoo.store.writer import write_table
+    from generate_helpers import replace_networks_table
 
     root = tmp_path_factory.mktemp("sines")
     generate(GenerateOptions(kind="sine-regression", out=str(root / "sines"), limit=24, chunk_size=8, steps=2,
@@ -85,11 +84,8 @@ def sine_stores(tmp_path_factory):
     table = pq.read_table(root / "holes" / "networks.parquet")
     holes = pc.is_in(table.column("index"), value_set=pa.array([3, 7], pa.int64()))
     frequency = pc.if_else(holes, pa.scalar(float("nan"), pa.float32()), table.column("frequency"))
-    manifest = read_manifest(root / "holes")  # the table rewritten as the writer writes it: its checksum recorded
-    manifest["checksums"]["files"]["networks.parquet"] = write_table(
-        table.set_column(table.schema.get_field_index("frequency"), "frequency", frequency),
-        root / "holes" / "networks.parquet")
-    write_manifest(root / "holes", manifest)
+    replace_networks_table(root / "holes", table.set_column(table.schema.get_field_index("frequency"), "frequency",
+                                                            frequency))
     return root / "sines", root / "holes"
 
 

@@ -61,3 +61,16 @@ def test_domain_adaptation_pipeline(tmp_path):
     assert all(len(r["seeds"]) == 2 for r in results["models"].values())
     assert (tmp_path / "out" / "before_after.png").stat().st_size > 0
     assert results["adapted_store"]["test"]["corrupted_accuracy_before"] == pytest.approx(results["no_adaptation"])
+def test_generalization_pipeline(tmp_path):
+    from pipelines import generalization
+
+    text = generalization.run("smoke", tmp_path, workers=1, **QUIET).read_text()
+    assert "figure only" in text and "Kendall τ" in text and "train-split mean (a constant)" in text
+    assert (tmp_path / "predicted_vs_actual.png").read_bytes()[:4] == b"\x89PNG"
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["models"]) == {"stats", "mlp", "dwsnet", "dwsnet-no-bn"}
+    variant = json.loads((tmp_path / "dwsnet-no-bn" / "runs" / "smoke-mnist-classifiers-dwsnet-regress" /
+                          "config.json").read_text())
+    assert variant["options"]["bn"] is False and "DWSNets without BN" in text
+    assert all(r["mse"]["mean"] >= 0 and r["params"] > 0 for r in results["models"].values())
+    assert 0 < results["constant"]["mse"] < 1  # accuracies lie in [0, 1]

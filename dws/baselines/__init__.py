@@ -1,5 +1,6 @@
-"""The five baselines of the DWSNets paper: models on weight spaces that ignore or work around the
-neuron-permutation symmetry. All share the DWSNet model interface (see :mod:`.common`)."""
+"""The five baselines of the DWSNets paper, and the weight-statistics regressor of Unterthiner et al.
+(2020): models on weight spaces that ignore or work around the neuron-permutation symmetry. All
+share the DWSNet model interface (see :mod:`.common`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dws.baselines.common import Baseline, mlp_stack, neuron_rows, num_weights
 from dws.baselines.inr2vec import INR2Vec
 from dws.baselines.mlp import MLPBaseline
 from dws.baselines.sizing import count_params, size_to_params
+from dws.baselines.stats import WeightStatistics, weight_statistics
 from dws.baselines.transformer import WeightTransformer
 
 BASELINES: dict[str, type[Baseline]] = {
@@ -19,6 +21,7 @@ BASELINES: dict[str, type[Baseline]] = {
     "mlp-align": AlignedMLP,
     "inr2vec": INR2Vec,
     "transformer": WeightTransformer,
+    "stats": WeightStatistics,
 }
 
 
@@ -56,6 +59,7 @@ __all__ = [
     "INR2Vec",
     "MLPBaseline",
     "PermAugMLP",
+    "WeightStatistics",
     "WeightTransformer",
     "align",
     "build_baseline",
@@ -67,4 +71,5 @@ __all__ = [
     "random_permute",
     "size_to_params",
     "weight_matching",
+    "weight_statistics",
 ]

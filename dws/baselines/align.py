@@ -15,6 +15,7 @@ paper's appendix ("Approximation for model alignment": 1000 models, error 1e-3).
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Sequence
@@ -26,6 +27,7 @@ from scipy.optimize import linear_sum_assignment
 from dws.baselines.common import num_weights
 from dws.baselines.mlp import MLPBaseline
 from dws.stream.batch import arrays_from_weightspace, weightspace_from_arrays
+from dws.stream.rows import usable_mask
 from dws.weightspace import WeightSpace, _gather_dim
 from zoo.store import StoreError, WeightStore
 from zoo.store.derive import write_store
@@ -273,11 +275,15 @@ class AlignedMLP(MLPBaseline):
             self.prepared.fill_(True)
         else:
             start, stop = store.split_range("train")
-            log(f"mlp-align: building the MergeMany reference from {min(stop - start, self.merge_kw['subsample'])} "
+            usable = usable_mask(store, start, stop)  # diverged classifiers would drag the reference away
+            log(f"mlp-align: building the MergeMany reference from {min(int(usable.sum()), self.merge_kw['subsample'])} "
                 f"train networks")
-            self.prepare(weightspace_from_arrays(store.read(start, stop)))
-            log("mlp-align: aligning every network to the reference")
-            params = arrays_from_weightspace(self.align(weightspace_from_arrays(store.read(0, store.num_networks))))
+            t0 = time.perf_counter()
+            self.prepare(weightspace_from_arrays({k: v[usable] for k, v in store.read(start, stop).items()}))
+            log(f"mlp-align: reference built in {time.perf_counter() - t0:.1f} s; aligning every network to it")
+            t0 = time.perf_counter()
+            params = self._aligned_arrays(store)
+            log(f"mlp-align: {store.num_networks} networks aligned in {time.perf_counter() - t0:.1f} s")
             meta = {k: store.manifest[k] for k in ("kind", "architecture", "targets", "source") if k in store.manifest}
             meta["generation"] = {"derived_from": str(store.root), "transform": "weight matching to a MergeMany reference",
                                   "alignment": {**settings, "reference": self.reference[0].tolist()}}
@@ -286,6 +292,17 @@ class AlignedMLP(MLPBaseline):
             aligned = WeightStore(root)
         self.align_in_forward = False
         return aligned
+
+    def _aligned_arrays(self, store: WeightStore) -> dict[str, np.ndarray]:
+        """Every network of ``store`` aligned, chunk by chunk (weight matching works in float64)."""
+        params = {name: np.empty((store.num_networks, *shape), np.float32)
+                  for name, shape in store.manifest["parameters"].items()}
+        for lo in range(0, store.num_networks, store.chunk_size):
+            hi = min(lo + store.chunk_size, store.num_networks)
+            aligned = arrays_from_weightspace(self.align(weightspace_from_arrays(store.read(lo, hi))))
+            for name, values in aligned.items():
+                params[name][lo:hi] = values
+        return params
 
     def input_transform(self) -> Callable[[WeightSpace], WeightSpace]:
         """Alignment to the trained reference, for networks of any store; ``forward`` no longer aligns."""

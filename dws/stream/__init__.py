@@ -21,6 +21,7 @@ from .augment import (
 from .batch import Batch
 from .loader import WeightStoreLoader
 from .normalize import Normalizer, denormalize
+from .rows import describe_excluded, excluded, usable_mask
 from .targets import read_targets
 
 __all__ = [
@@ -29,6 +30,9 @@ __all__ = [
     "Normalizer",
     "denormalize",
     "read_targets",
+    "usable_mask",
+    "excluded",
+    "describe_excluded",
     "Compose",
     "GaussianNoise",
     "WeightDropout",

@@ -12,7 +12,8 @@ Two modes, chosen automatically by the split's size against ``ram_budget``:
 
 Either way an epoch visits every network of the split exactly once, the sequence of batches
 depends on ``seed`` and the epoch number only (not on ``num_workers``), and augmentation is
-applied to raw weights before normalization.
+applied to raw weights before normalization. Networks that did not train normally (a ``status``
+other than ``ok``, see :mod:`dws.stream.rows`) are left out unless ``only_ok=False``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import math
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -29,6 +31,7 @@ from zoo.store import StoreError, WeightStore
 
 from .batch import Batch, rebatch, weightspace_from_arrays
 from .normalize import Normalizer
+from .rows import excluded, usable_mask
 from .targets import read_targets, target_names
 from .windows import ORDER, WindowStream, derived_generator, prepare, split_pieces
 
@@ -53,6 +56,8 @@ class WeightStoreLoader:
         pin_memory: pin each batch (for fast copies to an accelerator).
         limit: use only the split's first ``limit`` networks (training-set-size sweeps; stores are
             laid out in source order, so for shuffled sources this is a random subset).
+        only_ok: leave out the networks whose ``status`` is not ``ok`` (diverged classifiers; they
+            have no test accuracy). :attr:`excluded` counts them by status.
     """
 
     def __init__(
@@ -73,6 +78,7 @@ class WeightStoreLoader:
         ram_budget: int = DEFAULT_RAM_BUDGET,
         pin_memory: bool = False,
         limit: int | None = None,
+        only_ok: bool = True,
     ):
         if batch_size < 1 or buffer_chunks < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1, buffer_chunks >= 1, num_workers >= 0; got "
@@ -86,8 +92,16 @@ class WeightStoreLoader:
             self.stop = min(self.stop, self.start + limit)
         if self.stop <= self.start:
             raise StoreError(f"{self.store.root}: split {split!r} is empty")
+        self.only_ok = only_ok
+        self.excluded = excluded(self.store, self.start, self.stop) if only_ok else {}
+        # None: every network of the range; else a mask over it (``rows``: the store indices kept)
+        self.keep = usable_mask(self.store, self.start, self.stop) if self.excluded else None
+        self.rows = None if self.keep is None else torch.from_numpy(np.flatnonzero(self.keep) + self.start)
+        if self.rows is not None and len(self.rows) == 0:
+            raise StoreError(f"{self.store.root}: no network of split {split!r} ({self.start}..{self.stop - 1}) "
+                             f"trained normally (status: {dict(self.excluded)}); nothing to load")
         self.target_names = target_names(self.store, target)
-        self.targets = read_targets(self.store, self.target_names, self.start, self.stop)
+        self.targets = read_targets(self.store, self.target_names, self.start, self.stop, self.keep)
         self.normalizer = Normalizer.from_store(self.store) if normalize else None
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.augment, self.num_workers, self.pin_memory = augment, num_workers, pin_memory
@@ -101,12 +115,14 @@ class WeightStoreLoader:
                 self.store.root, split_pieces(self.store, split, self.stop), self.start, self.targets,
                 buffer_chunks=buffer_chunks, shuffle=shuffle, seed=seed,
                 normalizer=self.normalizer, augment=augment,
+                keep=None if self.keep is None else torch.from_numpy(self.keep),
             )
 
     # ----------------------------------------------------------------- description
     @property
     def num_networks(self) -> int:
-        return self.stop - self.start
+        """Networks per epoch: the split's range less those left out."""
+        return self.stop - self.start if self.rows is None else len(self.rows)
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -161,15 +177,19 @@ class WeightStoreLoader:
                 self.store, self.split, batch_size=self.batch_size, target=self.target_names, shuffle=shuffle,
                 seed=self.seed, normalize=self.normalizer is not None, augment=augment, drop_last=drop_last,
                 num_workers=self.num_workers, buffer_chunks=self.buffer_chunks,
-                in_memory=self.in_memory, pin_memory=self.pin_memory, limit=self.num_networks,
+                in_memory=self.in_memory, pin_memory=self.pin_memory, limit=self.stop - self.start,
+                only_ok=self.only_ok,
             )
         other = copy.copy(self)
         other.shuffle, other.augment, other.drop_last, other.epoch = shuffle, augment, drop_last, 0
         return other
 
     def _load_split(self) -> Batch:
-        ws = weightspace_from_arrays(self.store.read(self.start, self.stop))
-        data = Batch(ws, self.targets, torch.arange(self.start, self.stop))
+        arrays = self.store.read(self.start, self.stop)
+        if self.keep is not None:
+            arrays = {name: values[self.keep] for name, values in arrays.items()}
+        index = torch.arange(self.start, self.stop) if self.rows is None else self.rows
+        data = Batch(weightspace_from_arrays(arrays), self.targets, index)
         self._data_normalized = self.augment is None and self.normalizer is not None
         if self._data_normalized:  # nothing random: normalize once
             data = prepare(data, None, self.normalizer, None)

@@ -24,13 +24,14 @@ def target_names(store: WeightStore, target: str | Sequence[str] | None) -> list
     return names
 
 
-def read_targets(store: WeightStore, names: Sequence[str], start: int, stop: int) -> torch.Tensor:
-    """Targets of networks ``start..stop-1``.
+def read_targets(store: WeightStore, names: Sequence[str], start: int, stop: int,
+                 keep: np.ndarray | None = None) -> torch.Tensor:
+    """Targets of networks ``start..stop-1`` (with ``keep``, a ``[stop - start]`` bool mask: of those it marks).
 
     One integer column -> int64 ``[n]`` (class labels); one float column -> float32 ``[n]``;
-    several columns -> float32 ``[n, k]``. Missing values (null, NaN, label -1) are refused here,
-    where the message can say which column, which networks and which targets the store does have,
-    rather than as a NaN loss later.
+    several columns -> float32 ``[n, k]``. Missing values (null, NaN, label -1) of the networks
+    read are refused here, where the message can say which column, which networks and which
+    targets the store does have, rather than as a NaN loss later.
     """
     table = store.networks
     numeric = [f.name for f in table.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
@@ -40,7 +41,7 @@ def read_targets(store: WeightStore, names: Sequence[str], start: int, stop: int
             raise ValueError(f"unknown target {name!r}; numeric columns of {store.root}/networks.parquet: {numeric} "
                              f"{_what_it_has(store, numeric)}")
         values = _values(table.column(name).slice(start, stop - start))
-        missing = np.flatnonzero(_missing(name, values))
+        missing = np.flatnonzero(_missing(name, values) & (True if keep is None else keep))
         if missing.size:
             if not (~_missing(name, _values(table.column(name)))).any():
                 raise ValueError(f"target {name!r} is missing for every network of {store.root} "
@@ -49,7 +50,7 @@ def read_targets(store: WeightStore, names: Sequence[str], start: int, stop: int
             examples = ", ".join(str(start + i) for i in missing[:5]) + (", ..." if missing.size > 5 else "")
             raise ValueError(f"target {name!r} is missing ({how}) for {missing.size} of networks {start}..{stop - 1} "
                              f"of {store.root}: {examples} {_what_it_has(store, numeric)}")
-        columns.append(values)
+        columns.append(values if keep is None else values[keep])
     if len(columns) == 1 and columns[0].dtype.kind in "iu":
         return torch.from_numpy(columns[0].astype(np.int64))
     stacked = np.stack(columns, axis=1).astype(np.float32)

@@ -51,14 +51,20 @@ def prepare(batch: Batch, augment, normalizer, generator) -> Batch:
 class WindowStream(IterableDataset):
     """Yields one prepared :class:`Batch` per shuffle window (this worker's share of the windows).
 
-    ``targets`` covers the split (row 0 is network ``split_start``). Set :attr:`epoch` before
-    iterating; workers receive a copy of this object when a ``DataLoader`` starts them.
+    ``targets`` covers the split (row 0 is network ``split_start``), or with ``keep`` (a bool mask
+    over the split) the networks it keeps, which are the only ones read out. Set :attr:`epoch`
+    before iterating; workers receive a copy of this object when a ``DataLoader`` starts them.
     """
 
     def __init__(self, root, pieces, split_start: int, targets: torch.Tensor, *, buffer_chunks: int,
-                 shuffle: bool, seed: int, normalizer=None, augment=None):
+                 shuffle: bool, seed: int, normalizer=None, augment=None, keep: torch.Tensor | None = None):
         super().__init__()
+        if keep is not None:  # targets by position in the split; left-out positions are never read
+            padded = targets.new_zeros((len(keep), *targets.shape[1:]))
+            padded[keep] = targets
+            targets = padded
         self.root, self.pieces, self.split_start, self.targets = str(root), pieces, split_start, targets
+        self.keep = keep
         self.buffer_chunks, self.shuffle, self.seed = buffer_chunks, shuffle, seed
         self.normalizer, self.augment = normalizer, augment
         self.epoch = 0
@@ -80,12 +86,16 @@ class WindowStream(IterableDataset):
         return self._store.read(lo, hi)
 
     def load(self, k: int, window: list[tuple[int, int]], epoch: int) -> Batch:
-        parts = [
-            Batch(weightspace_from_arrays(self._read(lo, hi)),
-                  self.targets[lo - self.split_start : hi - self.split_start], torch.arange(lo, hi))
-            for lo, hi in window
-        ]
+        parts = []
+        for lo, hi in window:
+            a, b = lo - self.split_start, hi - self.split_start
+            part = Batch(weightspace_from_arrays(self._read(lo, hi)), self.targets[a:b], torch.arange(lo, hi))
+            if self.keep is not None:
+                part = part.take(self.keep[a:b].nonzero().flatten())
+            parts.append(part)
         block = Batch.cat(parts)
+        if len(block) == 0:  # every network of the window left out
+            return block
         generator = derived_generator(self.seed, epoch, WINDOW, k)
         if self.shuffle:
             block = block.take(torch.randperm(len(block), generator=generator))

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
+import torch
 from torch import nn
 
 from dws.baselines import BASELINES, build_baseline, count_params
@@ -36,10 +37,13 @@ from .adaptation import OUTPUT_INIT_SCALE, ResidualAdapter, small_output
 from .options import ADAPT_MODELS
 
 
+MAX_PARAMS = 200_000_000  # ~0.8 GB of float32 parameters, ~3 GB with gradients and AdamW's moments
+
+
 def dwsnet_kwargs(hidden_channels: int, num_layers: int, dropout: float = 0.0, bn: bool = True,
-                  blocks: str = "all", pool: str = "max") -> dict:
+                  blocks: str = "all", pool: str = "max", input_reduction: int | None = None) -> dict:
     return dict(hidden_channels=hidden_channels, num_layers=num_layers, dropout=dropout, bn=bn,
-                blocks=blocks, pool=pool)
+                blocks=blocks, pool=pool, input_reduction=input_reduction)
 
 
 def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_channels: int = 48,
@@ -47,20 +51,33 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
                 pool: str = "max", input_reduction: int | None = None, equivariant: bool = False,
                 params_rtol: float = 0.15, backend: str = "auto") -> tuple[nn.Module, dict]:
     """The model and a description (name, parameter count, DWSNet count it was sized to); the DWSNet
-    runs on ``backend`` (:func:`dws.nn.fast.accelerate`: same function, different speed)."""
+    runs on ``backend`` (:func:`dws.nn.fast.accelerate`: same function, different speed).
+
+    ``input_reduction`` is the DWSNet's ``d_0'`` (its first layer's inputs mapped by ``LIN(d_0, d_0')``);
+    a baseline is sized to that DWSNet, as to its channels and layers. ``equivariant``: a model whose
+    output is a residual weight space (``--task adapt``).
+    """
     if name != "dwsnet" and name not in BASELINES:
         raise ValueError(f"unknown model {name!r}; choose from dwsnet, {', '.join(BASELINES)}")
     if equivariant and name not in ADAPT_MODELS:
         raise ValueError(f"{name} outputs a vector, not a weight space; choose from {', '.join(ADAPT_MODELS)}")
-    layers = dwsnet_kwargs(hidden_channels, num_layers, dropout, bn, blocks, pool)
-    if equivariant:
-        dws = small_output(DWSNetEquivariant(widths, **{**layers, "num_layers": num_layers + 1},
-                                             input_reduction=input_reduction, output_init_scale=OUTPUT_INIT_SCALE))
-    else:
-        dws = DWSNetInvariant(widths, out_features, input_reduction=input_reduction, **layers)
-    target = count_params(dws)
+    kwargs = dwsnet_kwargs(hidden_channels, num_layers, dropout, bn, blocks, pool, input_reduction)
+
+    def dwsnet() -> nn.Module:
+        if equivariant:
+            return small_output(DWSNetEquivariant(widths, **{**kwargs, "num_layers": num_layers + 1},
+                                                  output_init_scale=OUTPUT_INIT_SCALE))
+        return DWSNetInvariant(widths, out_features, **kwargs)
+
+    with torch.device("meta"):  # counted without memory: a model too large to build is refused, not built
+        target = count_params(dwsnet())
+    if target > MAX_PARAMS:
+        hint = (f"; pass --input-reduction N to map the networks' {widths[0]} inputs to N first (the paper: 16)"
+                if input_reduction is None and widths[0] > 64 else "")
+        raise ValueError(f"the DWSNet for networks of widths {tuple(widths)} with {hidden_channels} channels would "
+                         f"have {target:,} parameters (more than {MAX_PARAMS:,}){hint}")
     if name == "dwsnet":
-        dws = accelerate(dws, backend)
+        dws = accelerate(dwsnet(), backend)
         return (ResidualAdapter(dws, widths) if equivariant else dws), {"model": name, "params": target}
     model = build_baseline(name, widths, None if equivariant else out_features, target_params=target,
                            params_rtol=params_rtol, dropout=dropout, **({"equivariant": True} if equivariant else {}))

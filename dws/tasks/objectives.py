@@ -1,7 +1,8 @@
 """What a model is trained to do on a store: the target column(s), the output, the loss and the metrics.
 
 * ``classify``: INR classification (target ``label``), cross-entropy, accuracy.
-* ``regress``: e.g. sine frequency (target ``frequency``), MSE.
+* ``regress``: e.g. sine frequency (target ``frequency``) or a classifier's test accuracy (target
+  ``test_accuracy``), MSE; one target column also gets Kendall's tau between predictions and targets.
 * ``ssl``: SimCLR-style NT-Xent on two noisy/masked views (temperature 0.1) into a 16-dim
   embedding; judged by a linear regressor from the embedding to the targets (test MSE).
 * ``adapt``: classifier weights ``v`` -> residual weights ``dv`` of the same shapes; the adapted
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dws.stream import read_targets
+from dws.stream import read_targets, usable_mask
 from dws.weightspace import WeightSpace
 from zoo.store import StoreError, WeightStore
 
@@ -56,15 +57,21 @@ class Task:
         return [name.strip() for name in self.target.split(",")]
 
     def check_store(self, store: WeightStore, ranges: dict[str, tuple[int, int]]) -> None:
-        """Refuse a store without this task's targets on the networks ``ranges`` (split -> start, stop)."""
+        """Refuse a store without this task's targets on the networks ``ranges`` (split -> start, stop)
+        that are learned from (:func:`dws.stream.usable_mask`)."""
         for start, stop in ranges.values():
             try:
-                read_targets(store, self.targets, start, stop)
+                read_targets(store, self.targets, start, stop, usable_mask(store, start, stop))
             except ValueError as exc:
                 raise ValueError(f"--task {self.name}: {exc}") from None
 
     def num_classes(self, store: WeightStore) -> int | None:
         return None
+
+    @property
+    def scalar_predictions(self) -> bool:
+        """Whether each network gets one predicted number (the run directory then plots predicted vs actual)."""
+        return False
 
     def output_size(self, store: WeightStore) -> int:
         raise NotImplementedError
@@ -100,13 +107,19 @@ class Regress(Task):
     def output_size(self, store):
         return len(self.targets)
 
+    @property
+    def scalar_predictions(self):
+        return len(self.targets) == 1
+
     def loss(self, model, ws, target, temperature):
         output = model(ws)
         return F.mse_loss(output, target.view_as(output).float())
 
     def metrics(self, outputs, targets, probe):
         mse = float(F.mse_loss(outputs, targets.view_as(outputs).float()))
-        return {"loss": mse, "mse": mse}
+        if not self.scalar_predictions:
+            return {"loss": mse, "mse": mse}
+        return {"loss": mse, "mse": mse, "kendall_tau": kendall_tau(outputs.flatten(), targets.flatten())}
 
 
 class SelfSupervised(Task):
@@ -189,6 +202,17 @@ def ssl_views(ws: WeightSpace, generator: torch.Generator | None = None,
         return (t + noise) * keep
 
     return ws.map(view)
+
+
+def kendall_tau(predictions: Tensor, targets: Tensor) -> float:
+    """Kendall's rank correlation (tau-b, ties counted as scipy does); NaN when either side is constant.
+
+    The rank metric of generalization prediction (Unterthiner et al. 2020): does the model order
+    networks by their test accuracy, whatever its error in absolute terms.
+    """
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(predictions.double().numpy(), targets.double().numpy()).statistic)
 
 
 def linear_probe_mse(train_z: np.ndarray, train_y: np.ndarray, eval_z: np.ndarray, eval_y: np.ndarray) -> float:

@@ -15,7 +15,7 @@ from zoo.options import require_at_least, require_positive
 
 # the models and tasks `zoo train` offers; dws.tasks.models and dws.tasks.objectives build them
 # (tests/test_train.py checks that the three agree)
-MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer")
+MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer", "stats")
 TASKS = ("classify", "regress", "ssl", "adapt")
 ADAPT_MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align")  # the models whose output can be a weight space
 ADAPT_INPUT_REDUCTION = 16  # adapt's default d_0' (the paper: 3072 -> 16)
@@ -38,6 +38,9 @@ class TrainOptions:
     seed: int = 0
     hidden_channels: int = 48  # the DWSNet's; the baselines are sized to its parameter count
     num_layers: int = 4  # likewise
+    # the DWSNet's LIN(d_0, d_0') before its first layer (the paper's d_0' = 16 for 784-input classifiers);
+    # likewise sets the DWSNet the baselines are sized to. None: no reduction (adapt: ADAPT_INPUT_REDUCTION)
+    input_reduction: int | None = None
     dropout: float = 0.0
     bn: bool = True
     blocks: str = "all"
@@ -53,7 +56,6 @@ class TrainOptions:
     address: str | None = None  # Ray cluster to join with workers > 1 (None: a local one)
     backend: str = "auto"  # how the DWSNet runs (BACKENDS); same function, different speed
     resume: bool = True  # continue an unfinished run in the run directory (same settings); False: start over
-    input_reduction: int | None = None  # DWSNet: map d_0 to this many features first (adapt: default 16)
     data_root: str | None = None  # adapt: the classifiers' images (default: the folder the store recorded)
     image_batch: int = 128  # adapt: images per classifier and step
 

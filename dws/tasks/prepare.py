@@ -19,7 +19,7 @@ from typing import Callable
 
 from torch import nn
 
-from dws.stream import WeightStoreLoader, inr_augmentation
+from dws.stream import WeightStoreLoader, describe_excluded, excluded, inr_augmentation, usable_mask
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
 from zoo.options import MIN_SELECTION_NETWORKS
@@ -115,6 +115,10 @@ def split_ranges(store: WeightStore, train_limit: int | None) -> dict[str, tuple
 def check_store(store: WeightStore, task: Task, opts: TrainOptions) -> None:
     """Refuse a store the task cannot train on, with what the store has instead (ValueError/StoreError)."""
     ranges = split_ranges(store, opts.train_limit)
+    for split, (start, stop) in ranges.items():
+        if not usable_mask(store, start, stop).any():
+            raise StoreError(f"{store.root}: no network of split {split!r} trained normally (status: "
+                             f"{dict(excluded(store, start, stop))}); a run needs networks to train, select and test on")
     task.check_store(store, ranges)
     start, stop = ranges["train"]
     if task.full_batches and stop - start < opts.batch_size:
@@ -142,6 +146,12 @@ def warn_small_val(store: WeightStore, opts: TrainOptions, log) -> None:
         chosen = "the learning rate and the best epoch are" if opts.lr is None else "the best epoch is"
         log(f"warning: {chosen} chosen on {stop - start} val networks; {MIN_SELECTION_NETWORKS} or more give a choice "
             f"worth making (zoo generate --limit train=N,val=N,test=N)")
+def log_excluded(store: WeightStore, ranges: dict[str, tuple[int, int]], log=print) -> None:
+    """Say how many networks of each split the loaders leave out (a status other than ``ok``) and why."""
+    for split, (start, stop) in ranges.items():
+        counts = excluded(store, start, stop)
+        if counts:
+            log(f"note: {describe_excluded(counts, stop - start, split)}; they are neither trained on nor evaluated")
 
 
 def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
@@ -150,6 +160,7 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     task = get_task(opts.task, opts.target)
     check_store(store, task, opts)
     warn_small_val(store, opts, log)
+    log_excluded(store, split_ranges(store, opts.train_limit), log)
     task = task.bind(store, opts.data_root, opts.image_batch)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
     checkpoints = RunCheckpoints(run_dir, resume_settings(opts, store), opts.resume)

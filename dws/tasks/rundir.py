@@ -5,7 +5,10 @@
 * ``metrics.json``: learning-rate search, per-seed validation/test metrics, mean ± std,
   per-epoch history, best epochs (counted from 0), seconds;
 * ``best.pt``: the best checkpoint with the normalization statistics it was trained with;
-* ``curve.png``: training loss and validation metric per epoch.
+* ``curve.png``: training loss and validation metric per epoch;
+* for a task with one predicted number per network (``regress`` with one target):
+  ``test_predictions.csv`` (seed run, store row, target, prediction on the test split, every seed
+  run) and ``predictions.png`` (predicted against actual, the checkpoint in ``best.pt``).
 
 A model's ``prepare_store`` hook may add its own folder (``mlp-align``: ``aligned-store/``). While
 a run is unfinished, ``checkpoints/`` holds its trainings' states (:mod:`dws.tasks.checkpoint`);
@@ -14,6 +17,7 @@ it is removed once the run is written.
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,7 +35,7 @@ from .models import build_model, evaluation_transform
 from .objectives import Task, get_task
 from .prepare import PreparedRun
 from .protocol import format_summary
-from .trainer import TrainResult, evaluate
+from .trainer import Predictions, TrainResult, evaluate
 
 ARCH_KEYS = ("widths", "activation", "w0_per_layer", "output_offset")
 
@@ -62,6 +66,10 @@ def write_run(run: PreparedRun, outcome: dict, log=print) -> dict:
                 "stats": {k: [np.asarray(v[0]), np.asarray(v[1])] for k, v in run.data_store.stats().items()}},
                run_dir / "best.pt")
     plot_curves(metrics["history"], run.task.metric, run_dir / "curve.png")
+    if run.task.scalar_predictions:
+        write_predictions([r.test_predictions for r in results], run_dir / "test_predictions.csv")
+        plot_predictions(best.test_predictions, run_dir / "predictions.png",
+                         f"{run.opts.model} on {run.store.root.name}: test {run.task.target}")
     if run.checkpoints is not None:
         run.checkpoints.clear()  # the run is complete: nothing left to resume
     log(f"{run.opts.model} on {run.store.root.name} ({run.task.name}): test {run.task.metric} "
@@ -96,6 +104,48 @@ def curve_figure(histories: list[list[dict]], metric: str):
     a.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def write_predictions(per_seed_run: list[Predictions], path: Path) -> None:
+    """``seed_run, index, target, prediction`` rows, one per test network and seed run."""
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["seed_run", "index", "target", "prediction"])
+        for k, p in enumerate(per_seed_run):
+            for i, t, o in zip(p.index.tolist(), p.target.flatten().tolist(), p.output.flatten().tolist()):
+                out.writerow([k, i, f"{t:.6g}", f"{o:.6g}"])
+
+
+def plot_predictions(predictions: Predictions, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.2, 4))
+    prediction_axes(ax, predictions, title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def prediction_axes(ax, predictions: Predictions, title: str) -> None:
+    """Predicted against actual on ``ax``: the points, the diagonal, a least-squares line (as the
+    paper's figure draws it), and 100 x MSE and Kendall's tau in the title."""
+    from .objectives import kendall_tau
+
+    actual, predicted = predictions.target.flatten().double().numpy(), predictions.output.flatten().double().numpy()
+    mse, tau = float(np.mean((predicted - actual) ** 2)), kendall_tau(predictions.output, predictions.target)
+    ax.scatter(actual, predicted, s=10, alpha=0.6, linewidths=0)
+    lo, hi = float(min(actual.min(), predicted.min())), float(max(actual.max(), predicted.max()))
+    ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=1, label="predicted = actual")
+    if np.ptp(actual) > 0:
+        slope, intercept = np.polyfit(actual, predicted, 1)
+        ax.plot([lo, hi], [slope * lo + intercept, slope * hi + intercept], color="black", linewidth=1.2,
+                label="linear fit")
+    ax.set_xlabel("actual"), ax.set_ylabel("predicted")
+    ax.set_title(f"{title}\n100×MSE {100 * mse:.3f}, Kendall τ {tau:.3f}", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
 
 
 @dataclass
@@ -159,5 +209,8 @@ def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test
     store = WeightStore(store_path)
     task = run.bind(store, data_root)
     probe = run.loader(store, "train", batch_size) if task.probe else None
-    metrics = evaluate(run.model, task, run.loader(store, split, batch_size), "cpu", probe)
-    return {"run": str(run.run_dir), "store": str(store.root), "split": split, **metrics}
+    loader = run.loader(store, split, batch_size)
+    metrics = evaluate(run.model, task, loader, "cpu", probe)
+    left_out = {"excluded": dict(loader.excluded)} if loader.excluded else {}  # diverged networks (status)
+    return {"run": str(run.run_dir), "store": str(store.root), "split": split, "networks": loader.num_networks,
+            **left_out, **metrics}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 import torch
@@ -45,6 +45,14 @@ class TrainConfig:
     temperature: float = 0.1  # NT-Xent, SSL only
 
 
+class Predictions(NamedTuple):
+    """A split's model outputs, its targets, and the store rows (``index``) they belong to, in loader order."""
+
+    output: Tensor
+    target: Tensor
+    index: Tensor
+
+
 @dataclass
 class TrainResult:
     best_epoch: int
@@ -54,6 +62,7 @@ class TrainResult:
     state_dict: dict | None = None
     seconds: float = 0.0
     description: dict | None = None  # the model's (name, parameter count), set by the protocol
+    test_predictions: Predictions | None = None  # the selected epoch's, on the test split
 
 
 def _to(batch, device):
@@ -82,14 +91,15 @@ def _length(loader) -> int | None:
 
 
 @torch.no_grad()
-def predict(model, loader: Iterable, device: str) -> tuple[Tensor, Tensor]:
+def predict(model, loader: Iterable, device: str) -> Predictions:
     model.eval()
-    outs, targets = [], []
+    outs, targets, index = [], [], []
     for batch in loader:
         ws, target = _to(batch, device)
         outs.append(model(ws).float().cpu())
         targets.append(target.cpu())
-    return torch.cat(outs), torch.cat(targets)
+        index.append(batch.index)
+    return Predictions(torch.cat(outs), torch.cat(targets), torch.cat(index))
 
 
 @torch.no_grad()
@@ -121,8 +131,13 @@ def evaluate(model, task: Task, loader: Iterable, device: str, probe_train: Iter
     """Metrics of ``model`` on ``loader``; a task with a probe (SSL) also gets ``probe_train``'s outputs."""
     if task.outputs_weights:  # its outputs are networks, judged by running them
         return task.evaluate(model, loader, device)
-    outputs, targets = predict(model, loader, device)
-    return task.metrics(outputs, targets, predict(model, probe_train, device) if task.probe else None)
+    return score(model, task, predict(model, loader, device), device, probe_train)
+
+
+def score(model, task: Task, predictions: Predictions, device: str, probe_train: Iterable | None = None) -> dict:
+    """The task's metrics of ``predictions`` (made by ``model``, which also runs the probe if the task has one)."""
+    probe = predict(model, probe_train, device)[:2] if task.probe else None
+    return task.metrics(predictions.output, predictions.target, probe)
 
 
 def train(
@@ -208,6 +223,10 @@ def train(
         bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}", **{f"val_{task.metric}": f"{val[task.metric]:.4f}"})
     bar.close()
     model.load_state_dict(done["best_state"])
-    test = evaluate(model, task, loaders["test"], device, loaders.get("probe"))
+    if task.outputs_weights:  # judged by running the adapted networks; no per-network predictions
+        test, predictions = evaluate(model, task, loaders["test"], device), None
+    else:
+        predictions = predict(model, loaders["test"], device)
+        test = score(model, task, predictions, device, loaders.get("probe"))
     return TrainResult(done["best_epoch"], done["best"], test, history, done["best_state"],
-                       done["seconds"] + time.perf_counter() - t0)
+                       done["seconds"] + time.perf_counter() - t0, test_predictions=predictions)
