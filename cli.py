@@ -224,6 +224,9 @@ def show(store, out, count, data_root):
 @click.option("--blocks", default=TRAIN["blocks"], show_default=True,
               help="DWSNet blocks: all, B2B, W2W, W2W+B2B, diagonal (dwsnet only).")
 @click.option("--augment/--no-augment", default=TRAIN["augment"], show_default=True)
+@click.option("--standardize-target/--raw-target", default=TRAIN["standardize_target"], show_default=True,
+              help="--task regress: the model predicts the target standardized with the train split's mean and "
+                   "std (predictions and metrics stay in the target's units); --raw-target: the raw value.")
 @click.option("--precise-bn", type=click.IntRange(min=0), default=TRAIN["precise_bn"], show_default=True, metavar="N",
               help="Re-estimate batch-norm statistics on N un-augmented train networks before each evaluation "
                    "(0: keep the training batches' running averages, the paper's setting).")

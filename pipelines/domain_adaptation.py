@@ -29,7 +29,7 @@ import numpy as np
 from dws.tasks.adapted_store import write_adapted_store
 from zoo.store import WeightStore
 
-from .common import Scale, fmt, make_store, parse_args, train, write_report
+from .common import Scale, fmt, main_with, make_store, train, write_report
 
 PAPER = {"none": "60.92 ± 0.41", "mlp": "64.33 ± 0.36", "mlp-perm": "64.69 ± 0.56", "mlp-align": "67.66 ± 0.90",
          "inr2vec": "65.69 ± 0.41", "transformer": "61.37 ± 0.13", "dwsnet": "71.36 ± 0.38"}
@@ -145,12 +145,5 @@ def plot_before_after(adapted: WeightStore, path: Path, model: str) -> None:
     plt.close(fig)
 
 
-def main():
-    args = parse_args(__doc__, "results/domain-adaptation", scales=tuple(SCALES))
-    out = Path(args.out) / args.scale
-    report = run(args.scale, out, args.workers, args.models.split(",") if args.models else None, args.data_root)
-    print(report.read_text())
-
-
 if __name__ == "__main__":
-    main()
+    main_with(run, __doc__, "results/domain-adaptation", SCALES)

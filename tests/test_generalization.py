@@ -212,3 +212,39 @@ def test_zoo_train_regresses_test_accuracy_and_zoo_eval_agrees(classifiers, tmp_
     evaluated = CliRunner().invoke(main, ["eval", str(run), str(classifiers)])
     assert evaluated.exit_code == 0, evaluated.output
     assert json.loads(evaluated.output)["mse"] == pytest.approx(test["mse"], rel=1e-4)
+
+
+# --- standardized targets --------------------------------------------------------------------------
+
+def test_regression_models_predict_standardized_targets_in_the_targets_units(with_diverged, tmp_path):
+    from dws.tasks.models import TargetScale
+    from dws.tasks.rundir import load_run
+
+    accuracy = WeightStore(with_diverged).networks.column("test_accuracy").to_numpy(zero_copy_only=False)[:30]
+    learned = accuracy[~np.isnan(accuracy.astype(np.float64))].astype(np.float64)  # the diverged rows: none
+    options = dict(store=str(with_diverged), model="mlp-align", task="regress", target="test_accuracy", epochs=1,
+                   lr=1e-3, batch_size=8, hidden_channels=6, input_reduction=4, augment=False, progress=False)
+    metrics = train_run(TrainOptions(**options, out=str(tmp_path / "std")), log=lambda *_: None)
+    run = load_run(tmp_path / "std")
+    (mean,), (std,) = run.config["model_kwargs"]["target_scale"]
+    assert mean == pytest.approx(learned.mean()) and std == pytest.approx(learned.std())
+    assert isinstance(run.model, TargetScale) and run.transform is not None  # mlp-align's hook passes through
+    assert (tmp_path / "std" / "aligned-store").is_dir()
+    ws = next(iter(run.loader(WeightStore(with_diverged), "test", 4))).ws
+    torch.testing.assert_close(run.model(ws), mean + std * run.model.inner(ws))
+    assert evaluate_run(tmp_path / "std", with_diverged)["mse"] == pytest.approx(metrics["test"][0]["mse"], rel=1e-5)
+
+    train_run(TrainOptions(**options, out=str(tmp_path / "raw"), standardize_target=False), log=lambda *_: None)
+    raw = load_run(tmp_path / "raw")
+    assert "target_scale" not in raw.config["model_kwargs"] and not isinstance(raw.model, TargetScale)
+
+
+def test_a_constant_target_keeps_a_unit_scale(classifiers):
+    store = WeightStore(classifiers)
+    (mean,), (std,) = get_task("regress", "lr").target_scale(store, 0, 30)  # one learning rate for every run
+    assert std == 1.0 and mean == pytest.approx(5e-3)
+    (_,), (std,) = get_task("regress", "test_accuracy").target_scale(store, 0, 1)  # one network: no spread
+    assert std == 1.0
+    means, stds = get_task("regress", "test_accuracy,step").target_scale(store, 0, 30)
+    steps = store.networks.column("step").to_numpy()[:30].astype(np.float64)
+    assert means[1] == pytest.approx(steps.mean()) and stds[1] == pytest.approx(steps.std())

@@ -76,6 +76,11 @@ class Task:
     def output_size(self, store: WeightStore) -> int:
         raise NotImplementedError
 
+    def target_scale(self, store: WeightStore, start: int, stop: int) -> list[list[float]] | None:
+        """``[means, stds]`` of the targets of networks ``start..stop-1`` that are learned from, for a model
+        whose outputs are standardized targets (:class:`dws.tasks.models.TargetScale`); None: not such a task."""
+        return None
+
     def loss(self, model, ws: WeightSpace, target: Tensor, temperature: float) -> Tensor:
         """The training loss of one batch (``temperature``: the contrastive tasks')."""
         raise NotImplementedError
@@ -110,6 +115,13 @@ class Regress(Task):
     @property
     def scalar_predictions(self):
         return len(self.targets) == 1
+
+    def target_scale(self, store, start, stop):
+        values = read_targets(store, self.targets, start, stop, usable_mask(store, start, stop)).double()
+        values = values.view(len(values), -1)
+        std = values.std(dim=0, correction=0) if len(values) > 1 else torch.ones(values.shape[1], dtype=torch.float64)
+        std = torch.where(std > 0, std, torch.ones_like(std))  # a constant target: its offset alone
+        return [values.mean(dim=0).tolist(), std.tolist()]
 
     def loss(self, model, ws, target, temperature):
         output = model(ws)

@@ -46,6 +46,9 @@ class TrainOptions:
     blocks: str = "all"
     pool: str = "max"
     augment: bool = True
+    # regress: the model's outputs are read as targets standardized with the train split's mean and std
+    # (dws.tasks.models.TargetScale); False: raw targets, as before 2026-11-25
+    standardize_target: bool = True
     precise_bn: int = 4096  # BN statistics re-estimated on this many clean train networks per evaluation; 0: off
     loader_workers: int = 0
     device: str = "auto"

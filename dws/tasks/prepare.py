@@ -171,6 +171,9 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
                         bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=reduction)
     if task.outputs_weights:
         model_kwargs["equivariant"] = True
+    scale = task.target_scale(store, *split_ranges(store, opts.train_limit)["train"]) if opts.standardize_target else None
+    if scale is not None:
+        model_kwargs["target_scale"] = scale
     # refuses what cannot be built (plain: no kernel build for a check)
     model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs, backend="plain")
     if (run_dir / "metrics.json").exists() and not checkpoints.unfinished():
