@@ -66,12 +66,16 @@ def train(store: Path, out: Path, model: str, task: str, log=print, **options) -
 
 
 def fmt(metrics: dict, metric: str, scale: float = 1.0, digits: int = 2) -> str:
-    """A report cell from :func:`train`'s metrics: ``mean ± std`` over the seeds, the mean alone for one
-    seed (a std over one seed is no spread)."""
-    s = metrics["summary"][metric]
-    if len(metrics["seeds"]) == 1:
-        return f"{s['mean'] * scale:.{digits}f}"
-    return f"{s['mean'] * scale:.{digits}f} ± {s['std'] * scale:.{digits}f}"
+    """A report cell from :func:`train`'s metrics (see :func:`mean_std`)."""
+    return mean_std(metrics["summary"][metric], len(metrics["seeds"]), scale, digits)
+
+
+def mean_std(summary: dict, seeds: int, scale: float = 1.0, digits: int = 2) -> str:
+    """A report cell: ``mean ± std`` over the seeds, the mean alone for one seed (a std over one seed
+    is no spread)."""
+    if seeds == 1:
+        return f"{summary['mean'] * scale:.{digits}f}"
+    return f"{summary['mean'] * scale:.{digits}f} ± {summary['std'] * scale:.{digits}f}"
 
 
 def write_report(path: Path, title: str, header: list[str], rows: list[list[str]], notes: list[str]) -> Path:

@@ -39,7 +39,7 @@ import numpy as np
 from zoo.sources import DataError
 from zoo.store import WeightStore
 
-from .common import Scale, main_with, make_store, train, write_report
+from .common import Scale, main_with, make_store, mean_std, train, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NAMES = {"mlp": "MLP", "mlp-perm": "MLP + Perm. aug", "mlp-align": "MLP + Alignment", "transformer": "Transformer",
@@ -114,7 +114,7 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     (out / "results.json").write_text(json.dumps({"models": results, "constant": constant}, indent=2))
     plot_all(predictions, out / "predicted_vs_actual.png")
     seeds = scale.train["seeds"]
-    rows = [[NAMES[m], PAPER, mean_std(results[m]["mse"], seeds, 100), mean_std(results[m]["kendall_tau"], seeds),
+    rows = [[NAMES[m], PAPER, cell(results[m]["mse"], seeds, 100), cell(results[m]["kendall_tau"], seeds),
              f"{results[m]['lr']:g}", f"{results[m]['params']:,}", f"`{m}`"] for m in models]
     rows.append(["train-split mean (a constant)", "", f"{100 * constant['mse']:.3f}", "", "", "0", ""])
     return write_report(
@@ -135,13 +135,11 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     )
 
 
-def mean_std(summary: dict, seeds: int, scale: float = 1.0) -> str:
-    """``mean ± std`` over the seeds; one seed: the value alone (a std over one seed is no spread)."""
-    if np.isnan(summary["mean"]):  # Kendall's tau of constant predictions
+def cell(summary: dict, seeds: int, scale: float = 1.0) -> str:
+    """A report cell to 3 digits (:func:`.common.mean_std`); Kendall's tau of constant predictions is undefined."""
+    if np.isnan(summary["mean"]):
         return "undefined (constant predictions)"
-    if seeds == 1:
-        return f"{summary['mean'] * scale:.3f}"
-    return f"{summary['mean'] * scale:.3f} ± {summary['std'] * scale:.3f}"
+    return mean_std(summary, seeds, scale, digits=3)
 
 
 def describe(store: WeightStore) -> str:

@@ -119,8 +119,8 @@ class Regress(Task):
     def target_scale(self, store, start, stop):
         values = read_targets(store, self.targets, start, stop, usable_mask(store, start, stop)).double()
         values = values.view(len(values), -1)
-        std = values.std(dim=0, correction=0) if len(values) > 1 else torch.ones(values.shape[1], dtype=torch.float64)
-        std = torch.where(std > 0, std, torch.ones_like(std))  # a constant target: its offset alone
+        std = values.std(dim=0, correction=0)
+        std = torch.where(std > 0, std, torch.ones_like(std))  # a constant target (or one network): its offset alone
         return [values.mean(dim=0).tolist(), std.tolist()]
 
     def loss(self, model, ws, target, temperature):

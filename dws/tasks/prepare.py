@@ -112,9 +112,9 @@ def split_ranges(store: WeightStore, train_limit: int | None) -> dict[str, tuple
     return ranges
 
 
-def check_store(store: WeightStore, task: Task, opts: TrainOptions) -> None:
-    """Refuse a store the task cannot train on, with what the store has instead (ValueError/StoreError)."""
-    ranges = split_ranges(store, opts.train_limit)
+def check_store(store: WeightStore, task: Task, opts: TrainOptions, ranges: dict[str, tuple[int, int]]) -> None:
+    """Refuse a store the task cannot train on, with what the store has instead (ValueError/StoreError);
+    ``ranges``: :func:`split_ranges`."""
     for split, (start, stop) in ranges.items():
         if not usable_mask(store, start, stop).any():
             raise StoreError(f"{store.root}: no network of split {split!r} trained normally (status: "
@@ -146,6 +146,8 @@ def warn_small_val(store: WeightStore, opts: TrainOptions, log) -> None:
         chosen = "the learning rate and the best epoch are" if opts.lr is None else "the best epoch is"
         log(f"warning: {chosen} chosen on {stop - start} val networks; {MIN_SELECTION_NETWORKS} or more give a choice "
             f"worth making (zoo generate --limit train=N,val=N,test=N)")
+
+
 def log_excluded(store: WeightStore, ranges: dict[str, tuple[int, int]], log=print) -> None:
     """Say how many networks of each split the loaders leave out (a status other than ``ok``) and why."""
     for split, (start, stop) in ranges.items():
@@ -158,9 +160,10 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     """Check ``opts`` against the store and set the run up (see the module docstring)."""
     store = WeightStore(opts.store)
     task = get_task(opts.task, opts.target)
-    check_store(store, task, opts)
+    ranges = split_ranges(store, opts.train_limit)  # refuses an empty split
+    check_store(store, task, opts, ranges)
     warn_small_val(store, opts, log)
-    log_excluded(store, split_ranges(store, opts.train_limit), log)
+    log_excluded(store, ranges, log)
     task = task.bind(store, opts.data_root, opts.image_batch)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
     checkpoints = RunCheckpoints(run_dir, resume_settings(opts, store), opts.resume)
@@ -171,7 +174,7 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
                         bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=reduction)
     if task.outputs_weights:
         model_kwargs["equivariant"] = True
-    scale = task.target_scale(store, *split_ranges(store, opts.train_limit)["train"]) if opts.standardize_target else None
+    scale = task.target_scale(store, *ranges["train"]) if opts.standardize_target else None
     if scale is not None:
         model_kwargs["target_scale"] = scale
     # refuses what cannot be built (plain: no kernel build for a check)
