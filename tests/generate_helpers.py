@@ -5,31 +5,39 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def kill_after_chunks(cmd: list[str], out: Path | str, chunks: int = 2, poll: float = 0.02) -> dict:
-    """Run ``cmd`` (a ``zoo generate`` writing ``out``, a folder or a URL), SIGKILL it once its
-    manifest lists ``chunks`` finished chunks, and return the manifest it left."""
+#: runs ``python -m cli ARGS`` in a process that SIGKILLs itself right after the manifest records
+#: its N-th finished chunk (argv: N, then the cli's arguments)
+_DIE_AFTER_CHUNKS = """
+import os, runpy, signal, sys
+import zoo.generate.run as run
+limit, record = int(sys.argv.pop(1)), run.mark_chunks_complete
+def record_then_die(*args, **kwargs):
+    manifest = record(*args, **kwargs)
+    if len(manifest["complete_chunks"]) >= limit:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return manifest
+run.mark_chunks_complete = record_then_die
+runpy.run_module("cli", run_name="__main__")
+"""
+
+
+def kill_after_chunks(cmd: list[str], out: Path | str, chunks: int = 2, timeout: float = 300) -> dict:
+    """Run ``cmd`` (``[python, -m, cli, generate, ...]`` writing ``out``, a folder or a URL) so that
+    it is SIGKILLed once its manifest lists ``chunks`` finished chunks, and return the manifest it
+    left. The process kills itself right after recording that chunk, so the count is exact however
+    loaded the machine is (an outside poller can miss the moment and find the run finished)."""
     from zoo.store.location import store_root
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
-    manifest = store_root(out) / "manifest.json"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            done = json.loads(manifest.read_text())["complete_chunks"]
-        except (FileNotFoundError, json.JSONDecodeError):
-            done = []
-        if len(done) >= chunks:
-            break
-        time.sleep(poll)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    return json.loads(manifest.read_text())
+    assert cmd[1:3] == ["-m", "cli"], cmd
+    proc = subprocess.run([cmd[0], "-c", _DIE_AFTER_CHUNKS, str(chunks), *cmd[3:]], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, cwd=REPO, timeout=timeout)
+    assert proc.returncode == -signal.SIGKILL, f"the run ended with {proc.returncode} before its chunk {chunks}"
+    return json.loads((store_root(out) / "manifest.json").read_text())
 
 
 #: the settings of conftest's ``tiny_store`` (60 INRs of sklearn's digits in 4 chunks)

@@ -369,7 +369,7 @@ def test_store_does_not_depend_on_workers_or_chunking(trajectory_store, mnist_li
 
 def test_rerun_after_kill_resumes_without_gaps(mnist_like, tmp_path):
     """SIGKILL after two of four chunks; the same command finishes the store, equal to an uninterrupted one."""
-    slow = dict(steps=300, checkpoint_every=100)  # ~0.3 s per chunk: time to kill between chunks
+    slow = dict(steps=300, checkpoint_every=100)  # 4 checkpoints per run: 4 chunks
     reference = tmp_path / "reference"
     generate(GenerateOptions(out=str(reference), **trajectory_options(mnist_like, **slow)), **QUIET)
     out = tmp_path / "killed"
@@ -377,7 +377,7 @@ def test_rerun_after_kill_resumes_without_gaps(mnist_like, tmp_path):
            str(mnist_like), "--source-option", "verify=false", "--limit", "8", "--batch-size", "32", "--steps", "300",
            "--checkpoint-every", "100", "--chunk-size", "8"]
     state = kill_after_chunks(cmd, out, chunks=2)
-    assert state["status"] == "in_progress" and 2 <= len(state["complete_chunks"]) < 4
+    assert state["status"] == "in_progress" and len(state["complete_chunks"]) == 2
     logs = []
     generate(GenerateOptions(out=str(out), **trajectory_options(mnist_like, **slow)), log=logs.append)
     assert any("resuming" in line and "chunks left" in line for line in logs)

@@ -49,8 +49,8 @@ def test_rerun_after_kill_resumes_without_gaps(reference_store, tmp_path):
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "cli", "generate", "mnist-inr", "--out", str(out), "--dataset", "digits",
            "--limit", "48", "--chunk-size", "8", "--steps", "25", "--lr", "1e-3"]
-    state = kill_after_chunks(cmd, out, chunks=2, poll=0.05)
-    assert state["status"] == "in_progress" and 2 <= len(state["complete_chunks"]) < 6
+    state = kill_after_chunks(cmd, out, chunks=2)
+    assert state["status"] == "in_progress" and len(state["complete_chunks"]) == 2
     with pytest.raises(StoreError, match="incomplete"):
         WeightStore(out)
     logs = []

@@ -31,6 +31,20 @@ def test_round_trip_matches_fitted_rows(tiny_store):
     assert decoded.shape == (5, 64, 1)
 
 
+def test_read_rows_returns_any_networks_in_the_order_asked(tiny_store):
+    """A subsample of a store larger than memory is read chunk by chunk; order and repeats are kept."""
+    store = WeightStore(tiny_store)
+    everything = store.read(0, store.num_networks)
+    picks = np.random.default_rng(0).integers(0, store.num_networks, 3 * store.chunk_size)
+    assert len(set(picks // store.chunk_size)) > 1  # the picks span chunks
+    rows = store.read_rows(picks)
+    for name, values in everything.items():
+        np.testing.assert_array_equal(rows[name], values[picks])
+    assert all(v.shape[0] == 0 for v in store.read_rows([]).values())
+    with pytest.raises(IndexError, match="0..."):
+        store.read_rows([store.num_networks])
+
+
 def test_normalization_statistics_are_train_split_moments(tiny_store):
     store = WeightStore(tiny_store)
     start, stop = store.split_range("train")

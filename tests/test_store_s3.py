@@ -98,8 +98,8 @@ def test_a_killed_run_on_s3_resumes_to_the_same_store(tiny_store, s3_bucket):
     url = f"{s3_bucket}/killed"
     cmd = [sys.executable, "-m", "cli", "generate", "mnist-inr", "--out", url, "--dataset", "digits",
            "--limit", "60", "--chunk-size", "16", "--steps", "60", "--lr", "1e-3"]
-    state = kill_after_chunks(cmd, url, chunks=1, poll=0.05)
-    assert state["status"] == "in_progress" and 1 <= len(state["complete_chunks"]) < 4
+    state = kill_after_chunks(cmd, url, chunks=1)
+    assert state["status"] == "in_progress" and len(state["complete_chunks"]) == 1
     logs = []
     generate(GenerateOptions(out=url, **TINY), log=logs.append)
     assert any("resuming" in line for line in logs)

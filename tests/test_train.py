@@ -97,6 +97,30 @@ def test_an_aligned_store_is_reused_only_for_the_same_store_and_settings(tiny_st
         assert built and aligned.manifest["generation"]["derived_from"] == str(other)
 
 
+def test_an_aligned_store_equals_aligning_the_whole_split_in_memory(tiny_store, tmp_path):
+    """prepare_store reads only the reference's subsample and one chunk at a time, and still gives what
+    prepare() on the whole train split in memory and align() on every network give."""
+    from dws.baselines import AlignedMLP
+    from dws.stream.batch import arrays_from_weightspace, weightspace_from_arrays
+    from dws.stream.rows import usable_mask
+    from zoo.store import WeightStore
+
+    store = WeightStore(tiny_store)
+    start, stop = store.split_range("train")
+    usable = usable_mask(store, start, stop)
+    assert usable.sum() > 8  # so that the reference is a random subsample of the split
+    kw = dict(hidden=8, subsample=8, max_iter=3, seed=5)
+    streamed = AlignedMLP(store.widths, 10, **kw)
+    aligned = streamed.prepare_store(store, tmp_path / "run", log=lambda *_: None)
+    in_memory = AlignedMLP(store.widths, 10, **kw)
+    in_memory.prepare(weightspace_from_arrays({k: v[usable] for k, v in store.read(start, stop).items()}))
+    torch.testing.assert_close(streamed.reference, in_memory.reference, rtol=0, atol=0)
+    expected = arrays_from_weightspace(in_memory.align(weightspace_from_arrays(store.read(0, store.num_networks))))
+    for name, values in aligned.read(0, aligned.num_networks).items():
+        np.testing.assert_allclose(values, expected[name], rtol=1e-6, atol=1e-7)
+    assert aligned.networks.select(store.networks.column_names).to_pandas().equals(store.networks.to_pandas())  # NaNs equal
+
+
 @pytest.mark.parametrize("epochs", [2, 3, 7, 40])
 def test_curves_count_epochs_from_one_on_integer_ticks(epochs):
     import matplotlib.pyplot as plt

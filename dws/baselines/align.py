@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
+from tqdm import tqdm
 
 from dws.baselines.common import num_weights
 from dws.baselines.mlp import MLPBaseline
@@ -30,7 +31,7 @@ from dws.stream.batch import arrays_from_weightspace, weightspace_from_arrays
 from dws.stream.rows import usable_mask
 from dws.weightspace import WeightSpace, _gather_dim
 from zoo.store import StoreError, WeightStore
-from zoo.store.derive import write_store
+from zoo.store.derive import write_store_by_chunk
 
 Tensor = torch.Tensor
 
@@ -230,9 +231,13 @@ class AlignedMLP(MLPBaseline):
         self.register_buffer("reference", torch.zeros(1, num_weights(self.widths)))
         self.register_buffer("prepared", torch.tensor(False))
 
-    def prepare(self, train_ws: WeightSpace) -> None:
-        """Build the reference network from the training set (MergeMany on a subsample, on CPU)."""
-        gen = torch.Generator().manual_seed(self.seed)
+    def prepare(self, train_ws: WeightSpace, generator: torch.Generator | None = None) -> None:
+        """Build the reference network from the training set (MergeMany on a subsample, on CPU).
+
+        ``generator``: one already seeded (and advanced past the subsample's draw, see
+        :meth:`prepare_store`); by default a fresh one seeded with ``seed``.
+        """
+        gen = generator if generator is not None else torch.Generator().manual_seed(self.seed)
         train_ws = self.plain(train_ws).to("cpu")  # LSA-bound: no use for an accelerator here
         ref = merge_many(train_ws, generator=gen, **self.merge_kw)
         self.reference.copy_(ref.flatten())
@@ -274,35 +279,41 @@ class AlignedMLP(MLPBaseline):
             self.reference.copy_(torch.tensor(reference, dtype=self.reference.dtype).view_as(self.reference))
             self.prepared.fill_(True)
         else:
-            start, stop = store.split_range("train")
-            usable = usable_mask(store, start, stop)  # diverged classifiers would drag the reference away
-            log(f"mlp-align: building the MergeMany reference from {min(int(usable.sum()), self.merge_kw['subsample'])} "
-                f"train networks")
             t0 = time.perf_counter()
-            self.prepare(weightspace_from_arrays({k: v[usable] for k, v in store.read(start, stop).items()}))
+            gen = torch.Generator().manual_seed(self.seed)
+            subsample = self._reference_networks(store, gen)
+            log(f"mlp-align: building the MergeMany reference from {len(subsample)} train networks")
+            self.prepare(weightspace_from_arrays(store.read_rows(subsample)), generator=gen)
             log(f"mlp-align: reference built in {time.perf_counter() - t0:.1f} s; aligning every network to it")
             t0 = time.perf_counter()
-            params = self._aligned_arrays(store)
-            log(f"mlp-align: {store.num_networks} networks aligned in {time.perf_counter() - t0:.1f} s")
             meta = {k: store.manifest[k] for k in ("kind", "architecture", "targets", "source") if k in store.manifest}
             meta["generation"] = {"derived_from": str(store.root), "transform": "weight matching to a MergeMany reference",
                                   "alignment": {**settings, "reference": self.reference[0].tolist()}}
-            write_store(root, widths=store.widths, params=params, rows=store.networks, splits=store.manifest["splits"],
-                        metadata=meta, chunk_size=store.chunk_size, overwrite=True)
+            rows = store.networks
+            with tqdm(total=store.num_networks, desc="aligning", unit="net", disable=None, leave=False,
+                      dynamic_ncols=True) as bar:
+                def chunk(lo, hi):  # one store chunk at a time: memory stays at a chunk, whatever the store's size
+                    aligned_chunk = arrays_from_weightspace(self.align(weightspace_from_arrays(store.read(lo, hi))))
+                    bar.update(hi - lo)
+                    return aligned_chunk, rows.slice(lo, hi - lo)
+
+                write_store_by_chunk(root, widths=store.widths, num_networks=store.num_networks, chunk=chunk,
+                                     splits=store.manifest["splits"], metadata=meta, chunk_size=store.chunk_size,
+                                     overwrite=True)
+            log(f"mlp-align: {store.num_networks} networks aligned in {time.perf_counter() - t0:.1f} s")
             aligned = WeightStore(root)
         self.align_in_forward = False
         return aligned
 
-    def _aligned_arrays(self, store: WeightStore) -> dict[str, np.ndarray]:
-        """Every network of ``store`` aligned, chunk by chunk (weight matching works in float64)."""
-        params = {name: np.empty((store.num_networks, *shape), np.float32)
-                  for name, shape in store.manifest["parameters"].items()}
-        for lo in range(0, store.num_networks, store.chunk_size):
-            hi = min(lo + store.chunk_size, store.num_networks)
-            aligned = arrays_from_weightspace(self.align(weightspace_from_arrays(store.read(lo, hi))))
-            for name, values in aligned.items():
-                params[name][lo:hi] = values
-        return params
+    def _reference_networks(self, store: WeightStore, generator: torch.Generator) -> np.ndarray:
+        """The store indices MergeMany builds the reference from: ``subsample`` usable train networks
+        drawn as :func:`merge_many` draws them (so the result equals ``prepare`` on the whole split),
+        without reading the split into memory."""
+        start, stop = store.split_range("train")
+        usable = np.flatnonzero(usable_mask(store, start, stop)) + start  # diverged ones would drag it away
+        if len(usable) > self.merge_kw["subsample"]:
+            usable = usable[torch.randperm(len(usable), generator=generator)[: self.merge_kw["subsample"]].numpy()]
+        return usable
 
     def input_transform(self) -> Callable[[WeightSpace], WeightSpace]:
         """Alignment to the trained reference, for networks of any store; ``forward`` no longer aligns."""

@@ -270,6 +270,26 @@ class WeightStore:
                     f"rebuild_networks_table({str(self.root)!r})\"`")
         return f"the per-chunk fragments under {FRAGMENTS_DIR}/ are gone too; {REPAIR_HINT}"
 
+    def read_rows(self, indices) -> dict[str, np.ndarray]:
+        """Parameters of the networks at ``indices`` (any order, repeats allowed), in that order.
+
+        Reads one chunk's span at a time, so memory stays at the rows asked for plus one chunk:
+        what a random subsample of a store larger than memory needs.
+        """
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if indices.size and (indices.min() < 0 or indices.max() >= self.num_networks):
+            raise IndexError(f"network indices must lie in 0..{self.num_networks - 1}")
+        out = {name: np.empty((indices.size, *shape), np.float32)
+               for name, shape in self.manifest["parameters"].items()}
+        chunk_of = indices // self.chunk_size
+        for chunk in np.unique(chunk_of):
+            where = np.flatnonzero(chunk_of == chunk)
+            lo, hi = int(indices[where].min()), int(indices[where].max()) + 1
+            span = self.read(lo, hi)
+            for name, values in span.items():
+                out[name][where] = values[indices[where] - lo]
+        return out
+
     def read_chunk(self, chunk: int) -> dict[str, np.ndarray]:
         return self.read(*chunk_bounds(self.manifest, chunk))
 
