@@ -10,6 +10,9 @@ from dws.tasks.options import TrainOptions
 from dws.tasks.run import train_run
 from zoo.generate.kinds import InrKind, get_kind
 from zoo.generate.run import GenerateOptions, generate
+from zoo.sources import DataError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ SCALE_HELP = {
     "smoke": "seconds, for the tests",
     "ci": "minutes on a 2-core CPU with offline real data",
     "xl": "a paper-sized zoo from offline real data, for one GPU without internet",
-    "full": "the paper's protocol and data (GPU; --data-root)",
+    "full": "the paper's protocol and data (GPU; --data-root, else ../shared/data)",
 }
 
 
@@ -34,7 +37,8 @@ def parse_args(description: str, default_out: str, scales=("ci", "full")) -> arg
                    help="; ".join(f"{s}: {SCALE_HELP[s]}" for s in scales) + " (default: ci)")
     p.add_argument("--out", default=default_out,
                    help=f"folder for stores, runs and the report (default: {default_out})")
-    p.add_argument("--data-root", default=None, help="data folder for --scale full (official files)")
+    p.add_argument("--data-root", default=None, help="data folder (official files; default: the "
+                                                             "scale's copy in ../shared/data where it has one)")
     p.add_argument("--workers", type=int, default=2, help="zoo generate workers (Ray) (default: 2)")
     p.add_argument("--models", default=None, help="comma-separated subset of the models to train (default: the "
                                                   "scale's)")
@@ -46,6 +50,16 @@ def main_with(run, description: str, default_out: str, scales) -> None:
     args = parse_args(description, default_out, scales=tuple(scales))
     models = args.models.split(",") if args.models else None
     print(run(args.scale, Path(args.out) / args.scale, args.workers, models, args.data_root).read_text())
+
+
+def shared_data(data_root: str | None, name: str) -> str:
+    """``data_root`` if given, else ``../shared/data/NAME`` beside the checkout (the offline copies)."""
+    if data_root:
+        return data_root
+    folder = REPO_ROOT.parent / "shared/data" / name
+    if not folder.is_dir():
+        raise DataError(f"the {name} files are not in {folder}; pass --data-root with them")
+    return str(folder)
 
 
 def make_store(out: Path, name: str, log=print, **options) -> Path:

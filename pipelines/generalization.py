@@ -36,12 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.sources import DataError
 from zoo.store import WeightStore
 
-from .common import Scale, main_with, make_store, mean_std, train, write_report
+from .common import Scale, main_with, make_store, mean_std, shared_data, train, write_report
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 NAMES = {"mlp": "MLP", "mlp-perm": "MLP + Perm. aug", "mlp-align": "MLP + Alignment", "transformer": "Transformer",
          "stats": "Weight statistics (Unterthiner et al.)", "dwsnet": "DWSNets", "dwsnet-no-bn": "DWSNets without BN"}
 # entries that train a model with other options: (--model, option overrides); their runs go to OUT/<entry>/runs
@@ -76,21 +74,10 @@ MODELS = {"smoke": ("stats", "mlp", "dwsnet", "dwsnet-no-bn"),
           "full": ("stats", "mlp", "mlp-perm", "mlp-align", "transformer", "dwsnet", "dwsnet-no-bn")}
 
 
-def fashion_root(data_root: str | None) -> str:
-    """``data_root``, else ``../shared/data/fashion-mnist`` beside the checkout."""
-    if data_root:
-        return data_root
-    shared = REPO_ROOT.parent / "shared/data/fashion-mnist"
-    if not shared.is_dir():
-        raise DataError(f"the Fashion-MNIST files are not in {shared}; pass --data-root with them "
-                        f"(add --download there when online)")
-    return str(shared)
-
-
 def classifier_store(scale_name: str, out: Path, workers: int, data_root=None, log=print) -> Path:
     gen = dict(SCALES[scale_name].generate, workers=workers, progress=scale_name != "smoke")
     if gen["kind"] == "fmnist-classifiers":
-        gen["data_root"] = fashion_root(data_root)
+        gen["data_root"] = shared_data(data_root, "fashion-mnist")
     return make_store(out, f"{scale_name}-{gen['kind']}", log=log, **gen)
 
 

