@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU figures the issues ask for, in one go on a borrowed GPU machine (no Ray, no internet):
 #
-#   RESULTS=results/gpu bash benchmarks/gpu_session.sh [stage ...]   # stages: env fit gen dws xl xl-search
+#   RESULTS=results/gpu bash benchmarks/gpu_session.sh [stage ...]   # stages: env fit gen dws xl xl-search clf
 #
 #   env  what the machine is (GPU, driver, torch)
 #   fit  benchmarks/fit_throughput.py on the GPU: 4,096 batched MNIST SIRENs vs one at a time (CPU)
@@ -12,6 +12,11 @@
 #        {5e-3, 1e-3, 5e-4, 1e-4}, the four runs side by side on the one GPU (4 CPU threads each:
 #        the loader and augmentation run on the CPU, and unbounded threads make parallel runs
 #        4.5x slower each), then the best validation accuracy picks the learning rate
+#   clf  wall times of the paper-sized classifier zoos (`cifar10-classifiers`: 5,000 MLPs;
+#        `fmnist-classifiers`: 200 runs x 149 checkpoints, 15.6 GB) with --device cuda, as
+#        docs/classifiers.md ran them on the CPU; the files come from $DATA (default
+#        ./shared/data): fashion-mnist/ and cifar-10/cifar-10-batches-py/ (about 125 MB: more than
+#        one `device` call carries, so carry them in two calls to the warm machine)
 #
 # Every stage runs even if an earlier one failed; each writes RESULTS/<stage>.txt, and
 # RESULTS/done appears at the end. The MNIST test files must be under ./shared/data/mnist (or
@@ -42,6 +47,19 @@ timed_generate() {
         --init reference --workers 1 --device cuda --out "$STORE" || return 1
     echo "wall time for $($PY -m cli info "$STORE" | grep -m1 -i networks): $((SECONDS - t0)) s"
     $PY -m cli info "$STORE"
+}
+
+timed_classifier_zoos() {
+    local data=${DATA:-shared/data} kind t0 status=0
+    for kind in cifar10-classifiers fmnist-classifiers; do
+        local source=(--data-root "$data/fashion-mnist")
+        [ $kind = cifar10-classifiers ] && source=(--dataset cifar10-unverified --data-root "$data/cifar-10")
+        t0=$SECONDS
+        $PY -m cli generate $kind "${source[@]}" --workers 1 --device cuda --out "results/zoos/$kind" || { status=1; continue; }
+        echo "wall time for $kind: $((SECONDS - t0)) s"
+        $PY -m cli info "results/zoos/$kind"
+    done
+    return $status
 }
 
 lr_search() {
@@ -80,6 +98,7 @@ for s in "${STAGES[@]}"; do
         dws) stage dws $PY benchmarks/dws_throughput.py --device cuda --batches 64 512 4096 --iters 50 --ref-iters 20 ;;
         xl) stage xl $PY -m pipelines.inr_classification --scale xl --workers 1 --out results/inr-classification ;;
         xl-search) stage xl-search lr_search ;;
+        clf) stage clf timed_classifier_zoos ;;
         *) echo "unknown stage $s"; exit 2 ;;
     esac
 done
