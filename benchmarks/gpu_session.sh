@@ -15,7 +15,7 @@
 #   clf  wall times of the paper-sized classifier zoos (`cifar10-classifiers`: 5,000 MLPs;
 #        `fmnist-classifiers`: 200 runs x 149 checkpoints, 15.6 GB) with --device cuda, as
 #        docs/classifiers.md ran them on the CPU; the files come from $DATA (default
-#        ./shared/data): fashion-mnist/ and cifar-10/cifar-10-batches-py/ (about 125 MB: more than
+#        ./shared/data): fashion-mnist/ and cifar-10/cifar-10-batches-py/ (about 120 MB: more than
 #        one `device` call carries, so carry them in two calls to the warm machine)
 #
 # Every stage runs even if an earlier one failed; each writes RESULTS/<stage>.txt, and

@@ -57,11 +57,13 @@ class Normalizer:
         )
 
     def normalize(self, ws: WeightSpace) -> WeightSpace:
-        return self._apply(ws, lambda x, mean, std: (x - mean) / std)
+        # in place on the fresh difference: one temporary the size of the batch, not two (a shuffle
+        # window of a classifier zoo is gigabytes)
+        return self._apply(ws, lambda x, mean, std: (x - mean).div_(std))
 
     def denormalize(self, ws: WeightSpace) -> WeightSpace:
         """Back to raw weights (e.g. a predicted network, before evaluating it)."""
-        return self._apply(ws, lambda x, mean, std: x * std + mean)
+        return self._apply(ws, lambda x, mean, std: (x * std).add_(mean))
 
 
 def denormalize(ws: WeightSpace, store: WeightStore | Normalizer) -> WeightSpace:

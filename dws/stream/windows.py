@@ -94,6 +94,7 @@ class WindowStream(IterableDataset):
                 part = part.take(self.keep[a:b].nonzero().flatten())
             parts.append(part)
         block = Batch.cat(parts)
+        del parts  # the window is held once, not twice, while it is shuffled and normalized
         if len(block) == 0:  # every network of the window left out
             return block
         generator = derived_generator(self.seed, epoch, WINDOW, k)
