@@ -52,9 +52,10 @@ def main_with(run, description: str, default_out: str, scales) -> None:
     print(run(args.scale, Path(args.out) / args.scale, args.workers, models, args.data_root).read_text())
 
 
-def shared_data(data_root: str | None, name: str) -> str:
-    """``data_root`` if given, else ``../shared/data/NAME`` beside the checkout (the offline copies)."""
-    if data_root:
+def shared_data(data_root: str | None, name: str | None) -> str | None:
+    """``data_root`` if given, else ``../shared/data/NAME`` beside the checkout (the offline copies);
+    ``name`` None (a scale without a shared copy): ``data_root`` as it is."""
+    if data_root or name is None:
         return data_root
     folder = REPO_ROOT.parent / "shared/data" / name
     if not folder.is_dir():

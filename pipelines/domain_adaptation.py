@@ -69,7 +69,7 @@ NOTES = {
 
 def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print) -> Path:
     scale = SCALES[scale_name]
-    data_root = shared_data(data_root, SHARED_DATA[scale_name]) if scale_name in SHARED_DATA else data_root
+    data_root = shared_data(data_root, SHARED_DATA.get(scale_name))
     quiet = scale_name == "smoke"
     store = make_store(out, f"{scale_name}-cifar10-classifiers", log=log, workers=workers, progress=not quiet,
                        data_root=data_root, **scale.generate)

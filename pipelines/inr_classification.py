@@ -72,9 +72,8 @@ TRAIN_NOTE = {
 def mnist_store(scale_name: str, out: Path, workers: int, data_root=None, log=print) -> Path:
     """The scale's MNIST-INR store (shared by the classification, ablation and BN/DA pipelines)."""
     gen = dict(SCALES[scale_name].generate, workers=workers, progress=scale_name != "smoke")
-    if scale_name in SHARED_DATA:
-        gen["data_root"] = shared_data(data_root, SHARED_DATA[scale_name])
-    elif data_root:
+    data_root = shared_data(data_root, SHARED_DATA.get(scale_name))
+    if data_root:
         gen["data_root"] = data_root
     return make_store(out, f"{scale_name}-mnist-inr", log=log, **gen)
 

@@ -24,16 +24,16 @@ SCALES = {
                   dict(epochs=100, lr=None, seeds=3, batch_size=512, hidden_channels=48)),
 }
 VIEWS = {"smoke": (1, 2), "ci": (1, 2, 4), "full": tuple(PAPER)}
+SHARED_DATA = {"full": "fashion-mnist"}  # where --data-root is not given: the official files in ../shared/data
 
 
 def run(scale_name: str, out: Path, workers: int, data_root=None, log=print) -> Path:
     scale = SCALES[scale_name]
+    data_root = shared_data(data_root, SHARED_DATA.get(scale_name))
     rows = []
     for k in VIEWS[scale_name]:
         gen = dict(scale.generate, views=k, workers=workers, progress=scale_name != "smoke")
-        if scale_name == "full":
-            gen["data_root"] = shared_data(data_root, "fashion-mnist")
-        elif data_root:
+        if data_root:
             gen["data_root"] = data_root
         store = make_store(out, f"{scale_name}-views{k}", log=log, **gen)
         metrics = train(store, out, "dwsnet", "classify", log=log, progress=scale_name != "smoke", **scale.train)

@@ -82,6 +82,7 @@ def test_full_scales_read_the_shared_official_files_unless_told_otherwise(tmp_pa
     from zoo.sources import DataError
 
     assert common.shared_data("/my/data", "mnist-full") == "/my/data"
+    assert common.shared_data(None, None) is None and common.shared_data("/my/data", None) == "/my/data"
     (tmp_path / "shared/data/mnist-full").mkdir(parents=True)
     monkeypatch.setattr(common, "REPO_ROOT", tmp_path / "checkout")
     assert common.shared_data(None, "mnist-full") == str(tmp_path / "shared/data/mnist-full")

@@ -170,11 +170,16 @@ def _one_thread():
         torch.set_num_threads(before)
 
 
+def subsample_indices(n: int, subsample: int, generator: torch.Generator) -> Tensor | None:
+    """The ``subsample`` of ``n`` networks MergeMany works on (None: all of them, no draw made)."""
+    return torch.randperm(n, generator=generator)[:subsample] if n > subsample else None
+
+
 def _merge_many(ws, tol, max_iter, subsample, generator) -> WeightSpace:
     dtype, widths = ws.weights[0].dtype, ws.widths
     ws = ws.map(lambda t: t.detach().double())
-    if ws.batch_size > subsample:
-        pick = torch.randperm(ws.batch_size, generator=generator)[:subsample]
+    pick = subsample_indices(ws.batch_size, subsample, generator)
+    if pick is not None:
         ws = _select(ws, pick.to(ws.weights[0].device))
     n = ws.batch_size
     aligned = ws.flatten().clone()
@@ -311,9 +316,8 @@ class AlignedMLP(MLPBaseline):
         without reading the split into memory."""
         start, stop = store.split_range("train")
         usable = np.flatnonzero(usable_mask(store, start, stop)) + start  # diverged ones would drag it away
-        if len(usable) > self.merge_kw["subsample"]:
-            usable = usable[torch.randperm(len(usable), generator=generator)[: self.merge_kw["subsample"]].numpy()]
-        return usable
+        pick = subsample_indices(len(usable), self.merge_kw["subsample"], generator)
+        return usable if pick is None else usable[pick.numpy()]
 
     def input_transform(self) -> Callable[[WeightSpace], WeightSpace]:
         """Alignment to the trained reference, for networks of any store; ``forward`` no longer aligns."""

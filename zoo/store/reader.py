@@ -284,10 +284,10 @@ class WeightStore:
         chunk_of = indices // self.chunk_size
         for chunk in np.unique(chunk_of):
             where = np.flatnonzero(chunk_of == chunk)
-            lo, hi = int(indices[where].min()), int(indices[where].max()) + 1
-            span = self.read(lo, hi)
-            for name, values in span.items():
-                out[name][where] = values[indices[where] - lo]
+            picked = indices[where]
+            lo = int(picked.min())
+            for name, values in self.read(lo, int(picked.max()) + 1).items():
+                out[name][where] = values[picked - lo]
         return out
 
     def read_chunk(self, chunk: int) -> dict[str, np.ndarray]:
