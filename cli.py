@@ -211,8 +211,9 @@ def show(store, out, count, data_root):
 @click.option("--seeds", type=int, default=TRAIN["seeds"], show_default=True,
               help="Seeds to report mean ± std over (paper: 3).")
 @click.option("--seed", type=int, default=TRAIN["seed"], show_default=True)
-@click.option("--hidden-channels", type=int, default=TRAIN["hidden_channels"], show_default=True,
-              help="DWSNet channels (baselines are sized to match).")
+@click.option("--hidden-channels", type=int, default=TRAIN["hidden_channels"],
+              help="DWSNet channels (baselines are sized to match); default 48, and the paper's 16 for "
+                   "--task adapt.")
 @click.option("--num-layers", type=int, default=TRAIN["num_layers"], show_default=True,
               help="DWSNet layers (baselines are sized to match).")
 @click.option("--input-reduction", type=int, default=TRAIN["input_reduction"], metavar="N",

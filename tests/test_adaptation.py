@@ -223,3 +223,25 @@ def test_only_adapt_runs_write_adapted_stores(tiny_store, tmp_path):
     result = runner.invoke(main, ["eval", str(run), str(tiny_store), "--out", str(out)])
     assert result.exit_code == 2 and "only --task adapt runs output networks" in result.output, result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("given, expected", [({}, (16, 16)), ({"hidden_channels": 3, "input_reduction": 5}, (3, 5))])
+def test_adapt_defaults_to_the_papers_adapter_size(pair_store, tmp_path, given, expected):
+    """Unset, --task adapt's DWSNet is the paper's (16 channels, d_0' = 16); given sizes win, and the
+    resolved ones are what the run records and resumes with."""
+    from dws.tasks.options import TrainOptions
+    from dws.tasks.prepare import prepare_run
+
+    run = prepare_run(TrainOptions(str(pair_store), task="adapt", out=str(tmp_path / "run"), precise_bn=0,
+                                   **given), **QUIET)
+    got = run.model_kwargs["hidden_channels"], run.model_kwargs["input_reduction"]
+    assert got == expected == (run.opts.hidden_channels, run.opts.input_reduction)
+    assert run.checkpoints.settings["--hidden-channels"] == expected[0]
+
+
+def test_other_tasks_keep_48_channels_and_no_reduction(tiny_store, tmp_path):
+    from dws.tasks.options import TrainOptions
+    from dws.tasks.prepare import prepare_run
+
+    run = prepare_run(TrainOptions(str(tiny_store), out=str(tmp_path / "run"), precise_bn=0), **QUIET)
+    assert (run.model_kwargs["hidden_channels"], run.model_kwargs["input_reduction"]) == (48, None)

@@ -147,6 +147,11 @@ def test_loaders_leave_out_networks_whose_status_is_not_ok(with_diverged, in_mem
     assert torch.equal(torch.cat([b.target for b in batches]), torch.from_numpy(accuracy[seen.numpy()]))
     clean = loader.variant(shuffle=False)
     assert torch.equal(torch.cat([b.index for b in clean]), torch.tensor(sorted(seen.tolist())))
+    raw = WeightStoreLoader(with_diverged, "train", target="test_accuracy", batch_size=7, in_memory=in_memory,
+                            normalize=False, buffer_chunks=3)
+    first = WeightStore(with_diverged).read(0, 30)["W1"]
+    for batch in raw:  # each network's weights travel with its index through the left-out rows
+        assert torch.equal(batch.ws.weights[0], torch.from_numpy(first[batch.index.numpy()]))
 
 
 def test_training_and_evaluation_leave_them_out_and_say_so(with_diverged, tmp_path):

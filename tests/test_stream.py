@@ -333,3 +333,16 @@ def test_limit_keeps_the_first_networks_of_the_split(tiny_store):
         start, _ = loader.store.split_range("train")
         assert seen == list(range(start, start + 7))
         assert len(loader) == 2
+
+
+def test_in_place_normalization_is_the_same_bits_in_the_same_memory(synth):
+    """The loader normalizes the windows and splits it owns in place (half the memory of a copy)."""
+    norm = Normalizer.from_store(synth)
+    raw = raw_weightspace(synth, torch.randperm(synth.num_networks)[:9])
+    copy = norm.normalize(raw)
+    tensors = raw.weights + raw.biases
+    pointers = [t.data_ptr() for t in tensors]
+    in_place = norm.normalize(raw, in_place=True)
+    assert [t.data_ptr() for t in in_place.weights + in_place.biases] == pointers
+    assert_ws_close(in_place, copy, rtol=0, atol=0)
+    assert_ws_close(raw, copy, rtol=0, atol=0)  # the input is what was overwritten

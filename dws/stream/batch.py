@@ -46,6 +46,20 @@ class Batch:
         """Called by ``DataLoader(pin_memory=True)`` on custom batch types."""
         return self._map(lambda t: t.pin_memory())
 
+    def new_empty(self, size: int) -> "Batch":
+        """An uninitialized batch of ``size`` networks shaped and typed like this one's."""
+        return self._map(lambda t: t.new_empty((size, *t.shape[1:])))
+
+    def index_copy_(self, rows: Tensor, source: "Batch") -> "Batch":
+        """Write ``source``'s networks to rows ``rows`` of this batch, in place."""
+        mine, theirs = self._tensors(), source._tensors()
+        for out, values in zip(mine, theirs):
+            out.index_copy_(0, rows, values)
+        return self
+
+    def _tensors(self) -> list[Tensor]:
+        return [*self.ws.weights, *self.ws.biases, self.target, self.index]
+
     @staticmethod
     def cat(parts: Sequence["Batch"]) -> "Batch":
         if len(parts) == 1:

@@ -56,9 +56,13 @@ class Normalizer:
             tuple(fn(b, stat(m, b), stat(s, b)) for b, m, s in zip(ws.biases, self.mean.biases, self.std.biases)),
         )
 
-    def normalize(self, ws: WeightSpace) -> WeightSpace:
-        # in place on the fresh difference: one temporary the size of the batch, not two (a shuffle
-        # window of a classifier zoo is gigabytes)
+    def normalize(self, ws: WeightSpace, *, in_place: bool = False) -> WeightSpace:
+        """``(ws - mean) / std``. ``in_place`` overwrites ``ws``'s tensors instead of allocating new
+        ones: for batches the caller owns (a shuffle window or an in-memory split of a classifier
+        zoo is gigabytes, and a copy would double it); the values are the same bit for bit."""
+        if in_place:
+            return self._apply(ws, lambda x, mean, std: x.sub_(mean).div_(std))
+        # in place on the fresh difference: one temporary the size of the batch, not two
         return self._apply(ws, lambda x, mean, std: (x - mean).div_(std))
 
     def denormalize(self, ws: WeightSpace) -> WeightSpace:

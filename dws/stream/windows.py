@@ -39,12 +39,16 @@ def split_pieces(store: WeightStore, split: str, stop: int | None = None) -> lis
 
 
 def prepare(batch: Batch, augment, normalizer, generator) -> Batch:
-    """Augment raw weights (geometric INR augmentations are exact only there), then normalize."""
+    """Augment raw weights (geometric INR augmentations are exact only there), then normalize.
+
+    Normalizes in place: every caller hands over a batch it owns (fresh from the store, or a
+    gathered copy) and keeps only the result, so the batch is held once, not twice.
+    """
     ws = batch.ws
     if augment is not None:
         ws = augment(ws, generator)
     if normalizer is not None:
-        ws = normalizer.normalize(ws)
+        ws = normalizer.normalize(ws, in_place=True)
     return Batch(ws, batch.target, batch.index)
 
 
@@ -85,21 +89,42 @@ class WindowStream(IterableDataset):
             self._pid = os.getpid()
         return self._store.read(lo, hi)
 
+    def _part(self, lo: int, hi: int) -> Batch:
+        """Networks ``lo..hi-1`` (one chunk's share of the split), less those left out."""
+        a, b = lo - self.split_start, hi - self.split_start
+        part = Batch(weightspace_from_arrays(self._read(lo, hi)), self.targets[a:b], torch.arange(lo, hi))
+        return part if self.keep is None else part.take(self.keep[a:b].nonzero().flatten())
+
+    def _count(self, lo: int, hi: int) -> int:
+        a, b = lo - self.split_start, hi - self.split_start
+        return b - a if self.keep is None else int(self.keep[a:b].sum())
+
     def load(self, k: int, window: list[tuple[int, int]], epoch: int) -> Batch:
-        parts = []
-        for lo, hi in window:
-            a, b = lo - self.split_start, hi - self.split_start
-            part = Batch(weightspace_from_arrays(self._read(lo, hi)), self.targets[a:b], torch.arange(lo, hi))
-            if self.keep is not None:
-                part = part.take(self.keep[a:b].nonzero().flatten())
-            parts.append(part)
-        block = Batch.cat(parts)
-        del parts  # the window is held once, not twice, while it is shuffled and normalized
-        if len(block) == 0:  # every network of the window left out
-            return block
+        """Window ``k``: its chunks' networks in a shuffled order, prepared.
+
+        Each chunk is read and copied straight to its rows of the shuffled window, so the window is
+        held once plus one chunk (a window of a classifier zoo is gigabytes): the same batch as
+        concatenating the chunks and gathering ``randperm``'s order, without the second copy.
+        """
+        sizes = [self._count(lo, hi) for lo, hi in window]
+        total = sum(sizes)
         generator = derived_generator(self.seed, epoch, WINDOW, k)
-        if self.shuffle:
-            block = block.take(torch.randperm(len(block), generator=generator))
+        if total == 0 or (len(window) == 1 and not self.shuffle):  # nothing to gather: the chunk as read
+            block = self._part(*window[0])
+            return block if total == 0 else prepare(block, self.augment, self.normalizer, generator)
+        # block[i] = (the window's networks in chunk order)[order[i]]: network j goes to row rows[j]
+        order = torch.randperm(total, generator=generator) if self.shuffle else torch.arange(total)
+        rows = torch.empty_like(order)
+        rows[order] = torch.arange(total)
+        block, start = None, 0
+        for (lo, hi), size in zip(window, sizes):
+            if size:
+                part = self._part(lo, hi)
+                if block is None:
+                    block = part.new_empty(total)
+                block.index_copy_(rows[start : start + size], part)
+                del part  # before the next chunk is read
+            start += size
         return prepare(block, self.augment, self.normalizer, generator)
 
     def __iter__(self):

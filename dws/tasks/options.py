@@ -8,7 +8,7 @@ store (targets, labels, batch sizes against split sizes) is checked in :mod:`dws
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from zoo.options import require_at_least, require_positive
@@ -18,7 +18,11 @@ from zoo.options import require_at_least, require_positive
 MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer", "stats")
 TASKS = ("classify", "regress", "ssl", "adapt")
 ADAPT_MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align")  # the models whose output can be a weight space
-ADAPT_INPUT_REDUCTION = 16  # adapt's default d_0' (the paper: 3072 -> 16)
+# the DWSNet's size when --hidden-channels / --input-reduction are not given: the INR classifier's
+# 48 channels and no reduction, except for adapt, whose default is the paper's adapter (16 channels,
+# its 3072 image inputs reduced to d_0' = 16)
+MODEL_DEFAULTS = dict(hidden_channels=48, input_reduction=None)
+TASK_MODEL_DEFAULTS = {"adapt": dict(hidden_channels=16, input_reduction=16)}
 # how the DWSNet runs (dws.nn.fast.accelerate's backends; tests/test_train.py checks they agree):
 # auto = native C kernels where they apply, else fused PyTorch; plain = the paper's modules as written
 BACKENDS = ("auto", "native", "pytorch", "plain")
@@ -36,10 +40,10 @@ class TrainOptions:
     lr: float | None = None  # None: the paper's search over PAPER_LRS on the validation split
     seeds: int = 1
     seed: int = 0
-    hidden_channels: int = 48  # the DWSNet's; the baselines are sized to its parameter count
+    hidden_channels: int | None = None  # the DWSNet's (None: the task's, with_task_defaults); baselines are sized to it
     num_layers: int = 4  # likewise
     # the DWSNet's LIN(d_0, d_0') before its first layer (the paper's d_0' = 16 for 784-input classifiers);
-    # likewise sets the DWSNet the baselines are sized to. None: no reduction (adapt: ADAPT_INPUT_REDUCTION)
+    # likewise sets the DWSNet the baselines are sized to. None: the task's (no reduction; adapt: 16)
     input_reduction: int | None = None
     dropout: float = 0.0
     bn: bool = True
@@ -111,6 +115,12 @@ def check_options(opts: TrainOptions) -> None:
     from zoo.devices import resolve_device  # imports torch
 
     resolve_device(opts.device)
+
+
+def with_task_defaults(opts: TrainOptions) -> TrainOptions:
+    """``opts`` with the model sizes left unset filled in from the task (``TASK_MODEL_DEFAULTS``)."""
+    defaults = {**MODEL_DEFAULTS, **TASK_MODEL_DEFAULTS.get(opts.task, {})}
+    return replace(opts, **{name: value for name, value in defaults.items() if getattr(opts, name) is None})
 
 
 def default_run_dir(opts: TrainOptions) -> Path:

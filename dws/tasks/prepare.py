@@ -28,7 +28,7 @@ from zoo.store import StoreError, WeightStore
 from .checkpoint import RunCheckpoints
 from .models import build_model, training_store
 from .objectives import Task, get_task
-from .options import ADAPT_INPUT_REDUCTION, TrainOptions, default_run_dir
+from .options import TrainOptions, default_run_dir, with_task_defaults
 
 
 class FirstBatches:
@@ -158,6 +158,7 @@ def log_excluded(store: WeightStore, ranges: dict[str, tuple[int, int]], log=pri
 
 def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     """Check ``opts`` against the store and set the run up (see the module docstring)."""
+    opts = with_task_defaults(opts)
     store = WeightStore(opts.store)
     task = get_task(opts.task, opts.target)
     ranges = split_ranges(store, opts.train_limit)  # refuses an empty split
@@ -169,9 +170,8 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     checkpoints = RunCheckpoints(run_dir, resume_settings(opts, store), opts.resume)
     checkpoints.check()
     num_classes, out_features = task.num_classes(store), task.output_size(store)
-    reduction = opts.input_reduction or (ADAPT_INPUT_REDUCTION if task.outputs_weights else None)
     model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
-                        bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=reduction)
+                        bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=opts.input_reduction)
     if task.outputs_weights:
         model_kwargs["equivariant"] = True
     scale = task.target_scale(store, *ranges["train"]) if opts.standardize_target else None
