@@ -23,7 +23,7 @@ def run(scale_name: str, out: Path, workers: int, data_root=None, log=print) -> 
 
 
 def main():
-    args = parse_args(__doc__, "results/bn-augmentation", scales=tuple(SCALES))
+    args = parse_args(__doc__, "results/bn-augmentation", SCALES)
     print(run(args.scale, Path(args.out) / args.scale, args.workers, args.data_root).read_text())
 
 

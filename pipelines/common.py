@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dws.tasks.options import TrainOptions
+from dws.tasks.rundir import finished_run
 from dws.tasks.run import train_run
 from zoo.generate.kinds import InrKind, get_kind
 from zoo.generate.run import GenerateOptions, generate
@@ -30,10 +31,14 @@ SCALE_HELP = {
 }
 
 
-def parse_args(description: str, default_out: str, scales=("ci", "full")) -> argparse.Namespace:
-    """The options every pipeline takes; the help lists the pipeline's scales and every default."""
+def parse_args(description: str, default_out: str, scales: dict[str, Scale]) -> argparse.Namespace:
+    """The options every pipeline takes; the help lists the pipeline's scales and every default.
+
+    ``--seeds`` / ``--epochs`` / ``--lr`` replace the chosen scale's training settings in ``scales``
+    (the pipeline's own ``SCALES``, which its ``run`` reads and its report prints).
+    """
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scale", choices=scales, default="ci",
+    p.add_argument("--scale", choices=tuple(scales), default="ci",
                    help="; ".join(f"{s}: {SCALE_HELP[s]}" for s in scales) + " (default: ci)")
     p.add_argument("--out", default=default_out,
                    help=f"folder for stores, runs and the report (default: {default_out})")
@@ -42,12 +47,25 @@ def parse_args(description: str, default_out: str, scales=("ci", "full")) -> arg
     p.add_argument("--workers", type=int, default=2, help="zoo generate workers (Ray) (default: 2)")
     p.add_argument("--models", default=None, help="comma-separated subset of the models to train (default: the "
                                                   "scale's)")
-    return p.parse_args()
+    p.add_argument("--seeds", type=int, default=None, help="override the scale's seeds (the report records it)")
+    p.add_argument("--epochs", type=int, default=None, help="override the scale's epochs (the report records it)")
+    p.add_argument("--lr", type=float, default=None, help="a fixed learning rate instead of the scale's (full: "
+                                                          "the search on val; the report records it)")
+    args = p.parse_args()
+    scales[args.scale] = with_overrides(scales[args.scale], args)
+    return args
+
+
+def with_overrides(scale: Scale, args: argparse.Namespace) -> Scale:
+    """``scale`` with the training settings given on the command line (what a CPU affords of a GPU-sized
+    protocol: e.g. ``--scale full --seeds 1 --lr 1e-3``)."""
+    given = {name: getattr(args, name) for name in ("seeds", "epochs", "lr") if getattr(args, name) is not None}
+    return replace(scale, train={**scale.train, **given}) if given else scale
 
 
 def main_with(run, description: str, default_out: str, scales) -> None:
     """The command line of a pipeline whose ``run(scale, out, workers, models, data_root)`` writes a report."""
-    args = parse_args(description, default_out, scales=tuple(scales))
+    args = parse_args(description, default_out, scales)
     models = args.models.split(",") if args.models else None
     print(run(args.scale, Path(args.out) / args.scale, args.workers, models, args.data_root).read_text())
 
@@ -76,8 +94,16 @@ def make_store(out: Path, name: str, log=print, **options) -> Path:
 
 
 def train(store: Path, out: Path, model: str, task: str, log=print, **options) -> dict:
+    """Train one model of a table, or reuse its finished run with the same settings (a pipeline run
+    again, e.g. in the next session of a multi-session full-scale run, goes on where it stopped:
+    finished models are reused, an unfinished one resumes from its checkpoint)."""
     run_dir = out / "runs" / f"{store.name}-{model}-{task}"
-    return train_run(TrainOptions(store=str(store), model=model, task=task, out=str(run_dir), **options), log=log)
+    opts = TrainOptions(store=str(store), model=model, task=task, out=str(run_dir), **options)
+    done = finished_run(opts)
+    if done is not None:
+        log(f"{model}: reusing the finished run in {run_dir} (same store and settings)")
+        return done
+    return train_run(opts, log=log)
 
 
 def fmt(metrics: dict, metric: str, scale: float = 1.0, digits: int = 2) -> str:

@@ -69,7 +69,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def main():
-    args = parse_args(__doc__, "results/sine-regression", scales=tuple(SCALES))
+    args = parse_args(__doc__, "results/sine-regression", SCALES)
     out = Path(args.out) / args.scale
     report = run(args.scale, out, args.workers, args.models.split(",") if args.models else None)
     print(report.read_text())

@@ -82,7 +82,7 @@ def run(scale_name: str, out: Path, workers: int, models=None, log=print) -> Pat
 
 
 def main():
-    args = parse_args(__doc__, "results/ssl-dense", scales=tuple(SCALES))
+    args = parse_args(__doc__, "results/ssl-dense", SCALES)
     out = Path(args.out) / args.scale
     print(run(args.scale, out, args.workers, args.models.split(",") if args.models else None).read_text())
 

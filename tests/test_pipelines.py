@@ -18,6 +18,45 @@ def test_inr_classification_pipeline(tmp_path):
     assert all(0 <= r["accuracy"]["mean"] <= 1 for r in results.values())
 
 
+def test_a_pipeline_run_again_reuses_finished_models_and_retrains_changed_ones(tmp_path, monkeypatch):
+    """What a multi-session full-scale run relies on: the rerun reuses each finished model trained
+    with the same store and settings; --epochs / --seeds / --lr given on the command line change
+    the settings, so those models train again (and the report records them)."""
+    import sys
+
+    from pipelines import common
+
+    inr_classification.run("smoke", tmp_path, workers=1, **QUIET)
+    first = json.loads((tmp_path / "results.json").read_text())
+    trained = []
+    real_train_run = common.train_run
+    monkeypatch.setattr(common, "train_run", lambda opts, log: trained.append(opts.model) or real_train_run(opts, log))
+    lines = []
+    inr_classification.run("smoke", tmp_path, workers=1, log=lines.append)
+    assert trained == [] and sum("reusing the finished run" in line for line in lines) == 2
+    assert json.loads((tmp_path / "results.json").read_text()) == first
+
+    scales = dict(inr_classification.SCALES)
+    monkeypatch.setattr(sys, "argv", ["x", "--scale", "smoke", "--epochs", "1", "--lr", "5e-3"])
+    common.parse_args("", "out", scales)
+    assert scales["smoke"].train == {**inr_classification.SCALES["smoke"].train, "epochs": 1, "lr": 5e-3}
+    monkeypatch.setattr(inr_classification, "SCALES", scales)
+    report = inr_classification.run("smoke", tmp_path, workers=1, models=["dwsnet"], **QUIET)
+    assert trained == ["dwsnet"] and "'epochs': 1" in report.read_text()
+    store = tmp_path / "stores" / "smoke-mnist-inr"
+    moved = store.parent / "moved"
+    store.rename(moved)  # another store (path) is another run, even with the same settings
+    from dws.tasks.options import TrainOptions
+    from dws.tasks.rundir import finished_run
+
+    run_dir = tmp_path / "runs" / "smoke-mnist-inr-dwsnet-classify"
+    options = dict(model="dwsnet", task="classify", out=str(run_dir), **scales["smoke"].train)
+    assert finished_run(TrainOptions(store=str(moved), **options)) is None
+    moved.rename(store)
+    assert finished_run(TrainOptions(store=str(store), **options))["run_dir"] == str(run_dir)
+    assert finished_run(TrainOptions(store=str(store), **{**options, "seed": 1})) is None
+
+
 def test_sine_regression_pipeline(tmp_path):
     report = sine_regression.run("smoke", tmp_path, workers=1, **QUIET)
     assert (tmp_path / "mse_vs_train_size.png").stat().st_size > 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -33,7 +33,8 @@ from zoo.store import StoreError, WeightStore
 
 from .models import build_model, evaluation_transform
 from .objectives import Task, get_task
-from .prepare import PreparedRun
+from .options import TrainOptions, default_run_dir, with_task_defaults
+from .prepare import PreparedRun, resume_settings
 from .protocol import format_summary
 from .trainer import Predictions, TrainResult, evaluate
 
@@ -54,6 +55,7 @@ def write_run(run: PreparedRun, outcome: dict, log=print) -> dict:
         "num_classes": run.num_classes, "widths": list(run.store.widths),
         "architecture": architecture_signature(run.store), "model_kwargs": run.model_kwargs,
         "model": best.description, "store": str(run.store.root.resolve()),
+        "store_created": run.store.manifest.get("created"),
         "data_store": str(run.data_store.root.resolve()),
     }
     metrics = {**outcome, "params": best.description["params"], "best_epoch": [r.best_epoch for r in results],
@@ -74,6 +76,36 @@ def write_run(run: PreparedRun, outcome: dict, log=print) -> dict:
         run.checkpoints.clear()  # the run is complete: nothing left to resume
     log(f"{run.opts.model} on {run.store.root.name} ({run.task.name}): test {run.task.metric} "
         f"{format_summary(outcome['summary'][run.task.metric], len(results))} -> {run_dir}")
+    return {"run_dir": str(run_dir), **metrics}
+
+
+def finished_run(opts: TrainOptions) -> dict | None:
+    """What :func:`write_run` returned for the finished run in ``opts``' run directory, if that run
+    was trained on the same store (same creation) with the same settings as ``opts`` would train
+    (the speed-only options aside); None otherwise. Lets a multi-session pipeline skip what it has."""
+    run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        saved = config["options"]
+    except (OSError, ValueError, KeyError):
+        return None
+    names = {f.name for f in fields(TrainOptions)}
+    if set(saved) != names:  # written by another version of the options: defaults may have moved
+        return None
+    try:
+        store = WeightStore(opts.store)
+    except StoreError:
+        return None
+
+    if (config.get("store"), config.get("store_created")) != (str(store.root.resolve()), store.manifest.get("created")):
+        return None  # another store, or this one regenerated since
+
+    def settings(o: TrainOptions) -> dict:
+        return json.loads(json.dumps(resume_settings(with_task_defaults(o), store)))
+
+    if settings(TrainOptions(**saved)) != settings(opts):
+        return None
     return {"run_dir": str(run_dir), **metrics}
 
 
