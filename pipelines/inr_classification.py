@@ -61,7 +61,8 @@ SCALES = {
 MODELS = {"smoke": ("mlp", "dwsnet"), "ci": ("mlp", "mlp-align", "dwsnet"), "xl": ("mlp", "dwsnet"),
           "full": tuple(PAPER)}
 # where --data-root is not given: the official files in ../shared/data. full's chunks of 1,024 INRs take
-# ~9 min per worker on a 2-core CPU, so a session that ends loses at most that (generation resumes by chunk)
+# ~1-2 min per worker on a 2-core CPU (the zoo: ~45 min), so a session that ends loses at most that
+# (generation resumes by chunk)
 SHARED_DATA = {"full": "mnist-full"}
 TRAIN_NOTE = {
     "ci": "ci scale trains on 4,583 INRs (the paper: 55,000) for few epochs: compare the ranking, not the numbers",
