@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from dws.stream import WeightStoreLoader
-from dws.stream.batch import Batch, weightspace_from_arrays
+from dws.stream.batch import Batch
 from dws.stream.synthetic import write_synthetic_store
 from dws.stream.windows import WINDOW, WindowStream, derived_generator
 
@@ -43,13 +43,7 @@ class ConcatThenGather(WindowStream):
     """The window as built before: all chunks, concatenated, gathered, normalized into a copy."""
 
     def load(self, k, window, epoch):
-        parts = []
-        for lo, hi in window:
-            a, b = lo - self.split_start, hi - self.split_start
-            part = Batch(weightspace_from_arrays(self._read(lo, hi)), self.targets[a:b], torch.arange(lo, hi))
-            if self.keep is not None:
-                part = part.take(self.keep[a:b].nonzero().flatten())
-            parts.append(part)
+        parts = [self._part(lo, hi) for lo, hi in window]
         block = Batch.cat(parts)
         del parts
         generator = derived_generator(self.seed, epoch, WINDOW, k)

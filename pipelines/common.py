@@ -52,6 +52,10 @@ def parse_args(description: str, default_out: str, scales: dict[str, Scale]) -> 
     p.add_argument("--lr", type=float, default=None, help="a fixed learning rate instead of the scale's (full: "
                                                           "the search on val; the report records it)")
     args = p.parse_args()
+    for name in ("seeds", "epochs", "lr"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:  # (NaN included) refused before any store is made
+            p.error(f"--{name} must be positive, got {value}")
     scales[args.scale] = with_overrides(scales[args.scale], args)
     return args
 

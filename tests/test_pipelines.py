@@ -37,6 +37,11 @@ def test_a_pipeline_run_again_reuses_finished_models_and_retrains_changed_ones(t
     assert json.loads((tmp_path / "results.json").read_text()) == first
 
     scales = dict(inr_classification.SCALES)
+    for bad in (["--epochs", "0"], ["--lr", "nan"], ["--seeds", "-1"]):  # refused before anything is made
+        monkeypatch.setattr(sys, "argv", ["x", "--scale", "smoke", *bad])
+        with pytest.raises(SystemExit):
+            common.parse_args("", "out", scales)
+        assert scales == inr_classification.SCALES
     monkeypatch.setattr(sys, "argv", ["x", "--scale", "smoke", "--epochs", "1", "--lr", "5e-3"])
     common.parse_args("", "out", scales)
     assert scales["smoke"].train == {**inr_classification.SCALES["smoke"].train, "epochs": 1, "lr": 5e-3}
