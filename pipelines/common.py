@@ -31,8 +31,10 @@ SCALE_HELP = {
 }
 
 
-def parse_args(description: str, default_out: str, scales: dict[str, Scale]) -> argparse.Namespace:
+def parse_args(description: str, default_out: str, scales: dict[str, Scale],
+               datasets: dict[str, str] | None = None) -> argparse.Namespace:
     """The options every pipeline takes; the help lists the pipeline's scales and every default.
+    ``datasets`` (name: title), for a pipeline whose table has a column per data set: ``--dataset``.
 
     ``--seeds`` / ``--epochs`` / ``--lr`` replace the chosen scale's training settings in ``scales``
     (the pipeline's own ``SCALES``, which its ``run`` reads and its report prints).
@@ -51,6 +53,11 @@ def parse_args(description: str, default_out: str, scales: dict[str, Scale]) -> 
     p.add_argument("--epochs", type=int, default=None, help="override the scale's epochs (the report records it)")
     p.add_argument("--lr", type=float, default=None, help="a fixed learning rate instead of the scale's (full: "
                                                           "the search on val; the report records it)")
+    if datasets:
+        first = next(iter(datasets))
+        p.add_argument("--dataset", choices=tuple(datasets), default=first,
+                       help="the table's column: " + ", ".join(f"{k}: {v}" for k, v in datasets.items())
+                            + f" (default: {first})")
     args = p.parse_args()
     for name in ("seeds", "epochs", "lr"):
         value = getattr(args, name)

@@ -1,6 +1,7 @@
 """Every pipeline runs end to end at its tiny ``smoke`` scale and writes its report."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,25 @@ def test_inr_classification_pipeline(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results) == {"mlp", "dwsnet"}
     assert all(0 <= r["accuracy"]["mean"] <= 1 for r in results.values())
+
+
+FASHION = Path(__file__).resolve().parents[1].parent / "shared/data/fashion-mnist"
+
+
+@pytest.mark.skipif(not (FASHION / "t10k-labels-idx1-ubyte.gz").is_file(), reason=f"{FASHION} not here")
+def test_inr_classification_pipeline_makes_the_fashion_mnist_column(tmp_path):
+    """``--dataset fmnist``: INRs of the official Fashion-MNIST files, the paper's F-MNIST column, its own
+    report beside MNIST's; the MNIST-only ``xl`` scale is refused with the scales it has."""
+    from zoo.store import WeightStore
+
+    report = inr_classification.run("smoke", tmp_path, workers=1, models=["dwsnet"], dataset="fmnist", **QUIET)
+    assert report.name == "report-fmnist.md" and not (tmp_path / "report.md").exists()
+    text = report.read_text()
+    assert "Fashion-MNIST INRs" in text and "67.06 ± 0.29" in text and "85.71" not in text
+    assert 0 <= json.loads((tmp_path / "results-fmnist.json").read_text())["dwsnet"]["accuracy"]["mean"] <= 1
+    assert WeightStore(tmp_path / "stores" / "smoke-fmnist-inr").manifest["kind"] == "fmnist-inr"
+    with pytest.raises(ValueError, match="no xl scale for --dataset fmnist.*smoke, ci, full"):
+        inr_classification.run("xl", tmp_path, workers=1, dataset="fmnist", **QUIET)
 
 
 def test_a_pipeline_run_again_reuses_finished_models_and_retrains_changed_ones(tmp_path, monkeypatch):
