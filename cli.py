@@ -237,6 +237,9 @@ def show(store, out, count, data_root):
               help="Stop after this many epochs without validation progress.")
 @click.option("--train-limit", type=int, default=TRAIN["train_limit"],
               help="Train on the first N train networks only (size sweeps).")
+@click.option("--train-views", type=int, default=TRAIN["train_views"], metavar="K",
+              help="Train on each item's first K views of a zoo generated with --views >= K; validation and test "
+                   "use each item's first view (the multi-view table from one store).")
 @click.option("--workers", type=click.IntRange(min=1), default=TRAIN["workers"], show_default=True,
               help="N > 1: data-parallel training on N Ray Train workers (see docs/train.md).")
 @click.option("--address", default=TRAIN["address"], help="With --workers N > 1: the Ray cluster to join (default: a local one).")

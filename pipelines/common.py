@@ -26,6 +26,7 @@ class Scale:
 SCALE_HELP = {
     "smoke": "seconds, for the tests",
     "ci": "minutes on a 2-core CPU with offline real data",
+    "reduced": "the full protocol on a subset of the data, for hours on a 2-core CPU",
     "xl": "a paper-sized zoo from offline real data, for one GPU without internet",
     "full": "the paper's protocol and data (GPU; --data-root, else ../shared/data)",
 }

@@ -20,6 +20,18 @@ def tiny_store(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def three_view_store(tmp_path_factory):
+    """3 independently initialized INRs of each of 20 real 8x8 digits (a ``--views 3`` zoo)."""
+    from zoo.generate.run import GenerateOptions, generate
+
+    from generate_helpers import TINY
+
+    out = tmp_path_factory.mktemp("views") / "digits-views3"
+    generate(GenerateOptions(out=str(out), **{**TINY, "limit": 20, "steps": 5, "views": 3}), log=lambda *_: None)
+    return out
+
+
+@pytest.fixture(scope="session")
 def s3_server():
     """A real S3-compatible server (moto's server mode, its own process) on 127.0.0.1 for the whole
     session; returns its endpoint. The environment points every S3 client (boto3, s3fs, zarr, Ray

@@ -111,6 +111,11 @@ def test_dwsnet_variant_pipelines(tmp_path, name):
     for paper_value in list(module.PAPER.values())[:2]:
         assert paper_value in text
     assert text.count("\n|") >= 3  # header, rule, at least one result row
+    if name == "multiview":  # one store of the most views; row K trains on the first K views of each image
+        assert [p.name for p in (tmp_path / "stores").iterdir()] == ["smoke-views2"]
+        for k in module.VIEWS["smoke"]:
+            (config,) = (tmp_path / f"train-views{k}" / "runs").glob("*/config.json")
+            assert json.loads(config.read_text())["options"]["train_views"] == k
 
 
 def test_domain_adaptation_pipeline(tmp_path):

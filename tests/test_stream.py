@@ -346,3 +346,35 @@ def test_in_place_normalization_is_the_same_bits_in_the_same_memory(synth):
     assert [t.data_ptr() for t in in_place.weights + in_place.biases] == pointers
     assert_ws_close(in_place, copy, rtol=0, atol=0)
     assert_ws_close(raw, copy, rtol=0, atol=0)  # the input is what was overwritten
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("views", [1, 2, 3])
+def test_views_keep_each_items_first_views(three_view_store, mode, views):
+    from dws.stream import WeightStoreLoader
+
+    store = WeightStore(three_view_store)
+    table = store.networks.to_pydict()
+    for split in ("train", "test"):
+        start, stop = store.split_range(split)
+        loader = WeightStoreLoader(store, split, batch_size=5, views=views, seed=1, **mode)
+        batches, seen = collect(loader)
+        expected = [i for i in range(start, stop) if table["view"][i] < views]
+        assert sorted(seen.tolist()) == expected and loader.num_networks == len(expected)
+        assert len(expected) == store.manifest["splits"][split]["items"] * views  # every item, K views each
+        labels = torch.cat([b.target for b in batches])
+        assert labels.tolist() == [table["label"][i] for i in seen.tolist()]  # targets follow the rows kept
+        first = next(b for b in batches)
+        assert_ws_close(Normalizer.from_store(store).denormalize(first.ws),
+                        raw_weightspace(store, first.index), rtol=1e-5, atol=1e-5)
+
+
+def test_views_beyond_the_store_or_without_a_view_column_are_refused(three_view_store, synth):
+    from dws.stream import WeightStoreLoader
+
+    with pytest.raises(StoreError, match=r"holds 3 view\(s\).*--views 4"):
+        WeightStoreLoader(three_view_store, "train", views=4)
+    with pytest.raises(StoreError, match="no 'view' column"):
+        WeightStoreLoader(synth, "train", views=1)
+    with pytest.raises(ValueError, match="at least 1"):
+        WeightStoreLoader(three_view_store, "train", views=0)

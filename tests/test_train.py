@@ -12,7 +12,7 @@ from dws.tasks.run import train_run
 from dws.tasks.rundir import evaluate_run
 from dws.tasks.trainer import recalibrate_batchnorm
 from zoo.generate.run import GenerateOptions, generate
-from zoo.store import StoreError
+from zoo.store import StoreError, WeightStore
 
 QUIET = dict(progress=False)
 
@@ -245,3 +245,24 @@ def test_a_final_batch_of_one_network_is_skipped_not_a_crash(tiny_store, tmp_pat
                                      train_limit=9, precise_bn=9, hidden_channels=4, num_layers=2,
                                      out=str(tmp_path / "run"), progress=False), log=lambda *_: None)
     assert 0.0 <= metrics["summary"]["accuracy"]["mean"] <= 1.0
+
+
+def test_train_views_trains_on_k_views_and_evaluates_on_the_first(three_view_store, tmp_path):
+    """--train-views K: the multi-view table's rows from one store; every K sees the same val/test networks."""
+    from dws.tasks.prepare import prepare_run
+
+    opts = TrainOptions(store=str(three_view_store), epochs=1, lr=1e-3, batch_size=8, hidden_channels=4,
+                        num_layers=2, precise_bn=0, train_views=2, out=str(tmp_path / "run"), progress=False)
+    loaders = prepare_run(opts, log=lambda *_: None).loaders(seed=0)
+    items = {s: WeightStore(three_view_store).manifest["splits"][s]["items"] for s in ("train", "val", "test")}
+    assert loaders["train"].num_networks == 2 * items["train"]
+    assert loaders["val"].num_networks == items["val"] and loaders["test"].num_networks == items["test"]
+    metrics = train_run(opts, log=lambda *_: None)
+    assert 0.0 <= metrics["summary"]["accuracy"]["mean"] <= 1.0
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["options"]["train_views"] == 2
+    with pytest.raises(StoreError, match=r"holds 3 view\(s\)"):
+        train_run(TrainOptions(**{**vars(opts), "train_views": 4, "out": str(tmp_path / "run4")}), log=lambda *_: None)
+    with pytest.raises(ValueError, match="--train-views"):
+        train_run(TrainOptions(**{**vars(opts), "train_views": 0, "out": str(tmp_path / "run0")}), log=lambda *_: None)
+    assert not (tmp_path / "run4").exists()  # refused before anything was written

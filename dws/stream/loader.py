@@ -31,7 +31,7 @@ from zoo.store import StoreError, WeightStore
 
 from .batch import Batch, rebatch, weightspace_from_arrays
 from .normalize import Normalizer
-from .rows import excluded, usable_mask
+from .rows import excluded, usable_mask, view_mask
 from .targets import read_targets, target_names
 from .windows import ORDER, WindowStream, derived_generator, prepare, split_pieces
 
@@ -56,6 +56,8 @@ class WeightStoreLoader:
         pin_memory: pin each batch (for fast copies to an accelerator).
         limit: use only the split's first ``limit`` networks (training-set-size sweeps; stores are
             laid out in source order, so for shuffled sources this is a random subset).
+        views: use only each item's first ``views`` views (a store generated with ``--views K``,
+            ``views <= K``: the multi-view table from one store; :func:`~dws.stream.rows.view_mask`).
         only_ok: leave out the networks whose ``status`` is not ``ok`` (diverged classifiers; they
             have no test accuracy). :attr:`excluded` counts them by status.
     """
@@ -79,6 +81,7 @@ class WeightStoreLoader:
         pin_memory: bool = False,
         limit: int | None = None,
         only_ok: bool = True,
+        views: int | None = None,
     ):
         if batch_size < 1 or buffer_chunks < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1, buffer_chunks >= 1, num_workers >= 0; got "
@@ -92,14 +95,19 @@ class WeightStoreLoader:
             self.stop = min(self.stop, self.start + limit)
         if self.stop <= self.start:
             raise StoreError(f"{self.store.root}: split {split!r} is empty")
-        self.only_ok = only_ok
+        self.only_ok, self.views = only_ok, views
         self.excluded = excluded(self.store, self.start, self.stop) if only_ok else {}
         # None: every network of the range; else a mask over it (``rows``: the store indices kept)
         self.keep = usable_mask(self.store, self.start, self.stop) if self.excluded else None
+        if views is not None:
+            chosen = view_mask(self.store, self.start, self.stop, views)
+            self.keep = chosen if self.keep is None else self.keep & chosen
         self.rows = None if self.keep is None else torch.from_numpy(np.flatnonzero(self.keep) + self.start)
         if self.rows is not None and len(self.rows) == 0:
             raise StoreError(f"{self.store.root}: no network of split {split!r} ({self.start}..{self.stop - 1}) "
-                             f"trained normally (status: {dict(self.excluded)}); nothing to load")
+                             f"trained normally (status: {dict(self.excluded)})"
+                             f"{'' if views is None else f' among the first {views} view(s) of each item'}; "
+                             f"nothing to load")
         self.target_names = target_names(self.store, target)
         self.targets = read_targets(self.store, self.target_names, self.start, self.stop, self.keep)
         self.normalizer = Normalizer.from_store(self.store) if normalize else None
@@ -178,7 +186,7 @@ class WeightStoreLoader:
                 seed=self.seed, normalize=self.normalizer is not None, augment=augment, drop_last=drop_last,
                 num_workers=self.num_workers, buffer_chunks=self.buffer_chunks,
                 in_memory=self.in_memory, pin_memory=self.pin_memory, limit=self.stop - self.start,
-                only_ok=self.only_ok,
+                only_ok=self.only_ok, views=self.views,
             )
         other = copy.copy(self)
         other.shuffle, other.augment, other.drop_last, other.epoch = shuffle, augment, drop_last, 0

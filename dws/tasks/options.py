@@ -58,6 +58,9 @@ class TrainOptions:
     device: str = "auto"
     patience: int | None = None
     train_limit: int | None = None  # train on the first N networks of the train split only
+    # train on each item's first K views (a zoo generated with --views >= K); validation and test then use
+    # each item's first view, so runs with different K are selected and tested on the same networks
+    train_views: int | None = None
     progress: bool = True
     workers: int = 1  # > 1: data-parallel training on Ray Train (dws/tasks/distributed.py)
     address: str | None = None  # Ray cluster to join with workers > 1 (None: a local one)
@@ -85,6 +88,7 @@ def check_options(opts: TrainOptions) -> None:
                       "--hidden-channels": (opts.hidden_channels, 1), "--num-layers": (opts.num_layers, 1),
                       "--loader-workers": (opts.loader_workers, 0), "--workers": (opts.workers, 1),
                       "--patience": (opts.patience, 1), "--train-limit": (opts.train_limit, 1),
+                      "--train-views": (opts.train_views, 1),
                       "--precise-bn": (opts.precise_bn, 0), "--input-reduction": (opts.input_reduction, 1),
                       "--image-batch": (opts.image_batch, 1)})
     require_positive("--lr", opts.lr)

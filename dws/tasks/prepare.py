@@ -20,6 +20,7 @@ from typing import Callable
 from torch import nn
 
 from dws.stream import WeightStoreLoader, describe_excluded, excluded, inr_augmentation, usable_mask
+from dws.stream.rows import view_mask
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
 from zoo.options import MIN_SELECTION_NETWORKS
@@ -84,11 +85,12 @@ class PreparedRun:
         common = dict(batch_size=opts.batch_size, target=task.target, seed=seed, num_workers=opts.loader_workers,
                       normalize=not task.outputs_weights)  # a residual-weight model takes raw networks
         train = WeightStoreLoader(self.data_store, "train", shuffle=True, augment=self.augment,
-                                  drop_last=task.full_batches, limit=opts.train_limit, **common)
+                                  drop_last=task.full_batches, limit=opts.train_limit, views=opts.train_views, **common)
+        evaluated = None if opts.train_views is None else 1  # --train-views: the same val/test networks for every K
         out = {
             "train": train,
-            "val": WeightStoreLoader(self.data_store, "val", shuffle=False, **common),
-            "test": WeightStoreLoader(self.data_store, "test", shuffle=False, **common),
+            "val": WeightStoreLoader(self.data_store, "val", shuffle=False, views=evaluated, **common),
+            "test": WeightStoreLoader(self.data_store, "test", shuffle=False, views=evaluated, **common),
         }
         # the train split un-augmented (as evaluated), sharing the training loader's arrays in memory
         if task.probe:
@@ -120,6 +122,8 @@ def check_store(store: WeightStore, task: Task, opts: TrainOptions, ranges: dict
             raise StoreError(f"{store.root}: no network of split {split!r} trained normally (status: "
                              f"{dict(excluded(store, start, stop))}); a run needs networks to train, select and test on")
     task.check_store(store, ranges)
+    if opts.train_views is not None:  # refuses a store without views, or with fewer than asked for
+        view_mask(store, *ranges["train"], opts.train_views)
     start, stop = ranges["train"]
     if task.full_batches and stop - start < opts.batch_size:
         raise ValueError(f"--task {task.name} trains on full batches of --batch-size {opts.batch_size}, and the "
