@@ -157,3 +157,27 @@ def test_full_scales_read_the_shared_official_files_unless_told_otherwise(tmp_pa
     assert common.shared_data(None, "mnist-full") == str(tmp_path / "shared/data/mnist-full")
     with pytest.raises(DataError, match="fashion-mnist.*--data-root"):
         common.shared_data(None, "fashion-mnist")
+
+
+def test_inr_init_pipeline_fits_the_same_images_from_each_init(tmp_path):
+    """One store per ``--init`` of the same images with the same seed and schedule (only the init
+    differs), the same models trained on each, a row per init with its fitting summary."""
+    from pipelines import inr_init
+    from zoo.store import WeightStore
+
+    text = inr_init.run("smoke", tmp_path, workers=1, models=["dwsnet"], **QUIET).read_text()
+    stores = {init: WeightStore(tmp_path / "stores" / f"smoke-mnist-{init}") for init in inr_init.INITS["smoke"]}
+    assert len(stores) == 2
+    tables = [s.networks for s in stores.values()]
+    for column in ("split", "source_item", "label", "seed"):
+        assert tables[0].column(column).equals(tables[1].column(column))
+    generations = [dict(s.manifest["generation"]) for s in stores.values()]
+    assert [g.pop("init") for g in generations] == list(stores) and generations[0] == generations[1]
+    assert stores["reference"].manifest["architecture"]["init_ranges"] != \
+        stores["reference-siren-first"].manifest["architecture"]["init_ranges"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results) == set(stores)
+    for init, row in results.items():
+        assert f"`{init}`" in text and 0 <= row["dwsnet"]["accuracy"]["mean"] <= 1
+        assert row["fitting"]["steps_mean"] == 20 and row["fitting"]["psnr_median"] > 0
+    assert "train 31 / val 3 / test 6" in text and "MLP + Alignment" not in text.split("\n")[2]
