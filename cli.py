@@ -126,6 +126,11 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
                    "fraction per run (recorded per network).")
 @click.option("--no-early-stop", is_flag=True, help="Disable the PSNR early stop.")
 @click.option("--compile", is_flag=True, help="torch.compile the PyTorch fitting step (measured slower than the default step on both a CPU and an H100; for experiments).")
+@click.option("--fit-backend", type=click.Choice(["auto", "triton", "native-c", "pytorch", "pytorch-compiled"]),
+              default="auto", show_default=True,
+              help="INR kinds: the fitting step. auto: the fused Triton kernel on CUDA (where Triton is installed), "
+                   "the native C step on a CPU with AVX2, else PyTorch. All agree up to float rounding; the "
+                   "store's fit_step column records which one fitted each network.")
 def generate(kind, out, **kw):
     """Make a zoo of KIND into a store: SIREN INRs (mnist-inr, fmnist-inr, cifar10-inr, sine-regression,
     sine-ssl) or MLP classifiers (cifar10-classifiers, fmnist-classifiers, mnist-classifiers)."""

@@ -25,7 +25,7 @@ from zoo.sources import get_source
 
 @contextlib.contextmanager
 def without_native_kernels():
-    """The fitter as it runs where the C kernels cannot be built (numba + MKL)."""
+    """The fitter as it runs where the C kernels cannot be built (the PyTorch step)."""
     saved = native.library
     native.library = lambda: None
     try:
@@ -45,7 +45,7 @@ def main(argv=None):
     p.add_argument("--early-stop", action="store_true", help="also time the batched fit with the PSNR-40 stop")
     p.add_argument("--compile", action="store_true", help="also time the batched fit through torch.compile")
     p.add_argument("--previous-step", action="store_true",
-                   help="also time the batched fit without the native C kernels (numba kernels + MKL matmuls)")
+                   help="also time the batched fit without the native C kernels (the PyTorch step)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -60,7 +60,7 @@ def main(argv=None):
     fit_one(spec, grid.points(), targets[0], 0, 0, warm)  # first-call set-up of torch.optim.Adam
     if args.previous_step:
         with without_native_kernels():
-            fit_batch(spec, grid, targets[:32], range(32), 0, warm)  # numba's compilation
+            fit_batch(spec, grid, targets[:32], range(32), 0, warm)  # the PyTorch step's first call
 
     # The two sides alternate, one group of batched networks then a share of the single ones, so
     # that this machine's drifting speed (+-20% within minutes) affects both alike.
@@ -95,7 +95,7 @@ def main(argv=None):
     ]
     if args.previous_step:
         previous_psnr = np.concatenate([part.psnr for part in previous_parts])
-        rows.append(("batched, numba + MKL step (no C)", args.networks, args.networks / t_previous,
+        rows.append(("batched, PyTorch step (no C)", args.networks, args.networks / t_previous,
                      float(previous_psnr[: args.single].mean())))
     if args.compile:
         fit_batch(spec, grid.to(args.device), targets[:32], range(32), 0, FitConfig(steps=2, lr=args.lr, psnr_stop=None),

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+if not torch.cuda.is_available():  # Triton kernels run in Triton's CPU interpreter (tests/test_fit_triton.py);
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # set before any module defines one
 torch.set_num_threads(1)
 
 

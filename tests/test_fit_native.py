@@ -132,8 +132,8 @@ def test_native_adam_follows_torch_adam_and_freezes_masked_networks():
 
 
 @needs_native
-def test_native_numba_and_reference_fits_agree(monkeypatch):
-    """Whole fits, with early stopping and compaction, on the three CPU paths."""
+def test_native_and_reference_fits_agree(monkeypatch):
+    """Whole fits on the two CPU paths: the native step (and Adam) and the PyTorch ones."""
     spec, grid = SirenSpec((2, 12, 12, 1)), Grid2D.square(8)
     targets = torch.rand(5, 64, 1)
     cfg = FitConfig(steps=40, lr=1e-3, psnr_stop=None)
@@ -141,8 +141,7 @@ def test_native_numba_and_reference_fits_agree(monkeypatch):
     monkeypatch.setattr("zoo.fit.fitter.native_step_supported", lambda *args: False)
     monkeypatch.setattr("zoo.fit.adam.native.library", lambda: None)
     fits.append(fit_batch(spec, grid, targets, range(5), 3, cfg))
-    monkeypatch.setattr("zoo.fit.fitter.fused_step_supported", lambda device: False)
-    fits.append(fit_batch(spec, grid, targets, range(5), 3, cfg))
+    assert [fit.implementation for fit in fits] == ["native-c", "pytorch"]
     native_fit = fits[0]
     for other in fits[1:]:
         for m in range(3):
@@ -176,7 +175,7 @@ def test_the_library_is_built_once_into_the_cache_and_can_be_switched_off(tmp_pa
 
 
 @pytest.mark.skipif(not cbuild.cpu_supported(), reason="needs x86-64 with AVX2 and FMA")
-def test_a_failing_compiler_gives_one_warning_and_the_numba_path(tmp_path):
+def test_a_failing_compiler_gives_one_warning_and_the_pytorch_path(tmp_path):
     fake = tmp_path / "broken-cc"
     fake.write_text("#!/bin/sh\necho 'broken-cc: cannot compile' >&2\nexit 1\n")
     fake.chmod(0o755)

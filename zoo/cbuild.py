@@ -6,7 +6,7 @@ library is compiled with ``$CC`` (else ``cc``, ``gcc`` or ``clang``) into ``$ZOO
 version, and written to a temporary file first then renamed, so parallel workers may race to build
 it. A new build removes the cache's builds of older versions of the same source. The kernels are
 written for x86-64 with AVX2 and FMA. Where that, a compiler or a successful build is missing, or
-``ZOO_NATIVE=0`` is set, :func:`load` returns ``None`` and the caller runs its PyTorch/numba path
+``ZOO_NATIVE=0`` is set, :func:`load` returns ``None`` and the caller runs its PyTorch path
 (one warning when something is missing; none when switched off).
 """
 

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from .adam import MaskedAdam
-from .fused_step import FusedSirenStep, fused_step_supported
 from .native_step import NativeSirenStep, native_step_supported
 from .siren import SirenSpec, init_params, mse_and_grads, psnr
+from . import triton_step
 
 Tensor = torch.Tensor
 
@@ -46,11 +46,15 @@ class FitResult:
 
 
 # The fitting step's implementations; they agree to float rounding (~1e-6), so a store records
-# which one fitted each network.
-STEP_IMPLEMENTATIONS = ("native-c", "numba-mkl", "pytorch", "pytorch-compiled")
+# which one fitted each network. ``auto`` picks the fastest that runs here (:func:`choose_step`).
+# docs/architecture.md says which runs where and why each exists. "numba-mkl" (numba elementwise
+# kernels + MKL matmuls) was retired on 2026-11-27: the C step does its job on every x86-64 CPU
+# with AVX2, PyTorch's elsewhere; stores made before then may still name it.
+FIT_BACKENDS = ("auto", "triton", "native-c", "pytorch", "pytorch-compiled")
+STEP_IMPLEMENTATIONS = (*FIT_BACKENDS[1:], "numba-mkl")
 
 
-CPU_GROUP = 32  # networks fitted together on a CPU (the numba step's activations stay in L3 cache)
+CPU_GROUP = 32  # networks fitted together on a CPU (the native step handles one network at a time)
 
 
 @functools.cache
@@ -72,6 +76,7 @@ def fit_batch(
     group: int | None = None,
     compile: bool = False,
     progress: Callable[[float], None] | None = None,
+    backend: str = "auto",
 ) -> FitResult:
     """Fit ``len(indices)`` networks; network k fits ``targets[k]`` ([P, d_M]) on ``coords``.
 
@@ -79,10 +84,12 @@ def fit_batch(
     they alone decide the initialization. Networks are fitted ``group`` at a time (default: 32 on
     a CPU, where larger groups fall out of cache; all at once on a GPU); the grouping changes
     nothing but speed, since every network's loss and optimizer are its own. ``compile`` runs the
-    step through ``torch.compile``: faster, equal up to float rounding. ``progress(fraction)`` is
-    called after every step with the share of the work done (a network that stopped early counts as
-    done).
+    step through ``torch.compile`` (the same as ``backend="pytorch-compiled"``). ``backend`` names
+    the step (:data:`FIT_BACKENDS`; ``auto``: :func:`choose_step`). ``progress(fraction)`` is called
+    with the share of the work done (a network that stopped early counts as done): after every step,
+    every :data:`~zoo.fit.triton_step.CHECK_EVERY` steps for the Triton step.
     """
+    backend = choose_step(spec, coords, device, "pytorch-compiled" if compile else backend)
     K = len(indices)
     peak = torch.as_tensor(peak, dtype=torch.float32).expand(K).clone()
     if group is None:
@@ -94,7 +101,7 @@ def fit_batch(
     if K > group:
         parts = [
             _fit_group(spec, coords, targets[s : s + group], indices[s : s + group], seed, config,
-                       peak[s : s + group], device, compile, part_progress(s))
+                       peak[s : s + group], device, backend, part_progress(s))
             for s in range(0, K, group)
         ]
         return FitResult(
@@ -105,10 +112,39 @@ def fit_batch(
             steps=np.concatenate([p.steps for p in parts]),
             implementation=parts[0].implementation,
         )
-    return _fit_group(spec, coords, targets, indices, seed, config, peak, device, compile, part_progress(0))
+    return _fit_group(spec, coords, targets, indices, seed, config, peak, device, backend, part_progress(0))
 
 
-def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compile=False,
+def choose_step(spec: SirenSpec, coords, device, backend: str = "auto") -> str:
+    """The step implementation to fit ``spec`` on ``device``: ``backend`` itself where it can run here
+    (ValueError naming why not), or for ``auto`` the fastest that can: Triton on CUDA, the native C
+    step on a CPU with AVX2, else PyTorch."""
+    if backend not in FIT_BACKENDS:
+        raise ValueError(f"unknown fit backend {backend!r}; choose one of {', '.join(FIT_BACKENDS)}")
+    device = torch.device(device)
+    if backend == "auto":
+        if triton_step.step_supported(spec, device):
+            return "triton"
+        if native_step_supported(spec, coords, device):
+            return "native-c"
+        return "pytorch"
+    why = None
+    if backend == "triton":
+        if not triton_step.available():
+            why = "Triton is not installed (pip install triton)"
+        elif device.type != "cuda" and not triton_step.interpreted():
+            why = "it runs on a CUDA device (or in Triton's interpreter, TRITON_INTERPRET=1)"
+        else:
+            why = triton_step.supports(spec)
+    elif backend == "native-c" and not native_step_supported(spec, coords, device):
+        why = ("it needs a CPU with AVX2 and FMA, a C compiler, hidden widths that are multiples of 4 and a point "
+               "count that is a multiple of 8")
+    if why:
+        raise ValueError(f"--fit-backend {backend} cannot fit here: {why}")
+    return backend
+
+
+def _fit_group(spec, coords, targets, indices, seed, config, peak, device, backend="pytorch",
                progress=None) -> FitResult:
     """``progress(networks done)``, after every step: the stopped ones, and the share of the
     schedule the others went through."""
@@ -119,6 +155,10 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
     coords = coords.to(device, torch.float32)
     all_targets = targets.to(device, torch.float32)
     peak = peak.to(device)
+    if backend == "triton":
+        final_w, final_b, steps_taken = triton_step.fit_group_triton(
+            spec, coords, all_targets, indices, seed, config, peak, device, progress)
+        return _result(spec, final_w, final_b, coords, all_targets, peak, steps_taken, backend)
     w_init, b_init = init_params(spec, seed, indices)
     final_w = [w.to(device) for w in w_init]
     final_b = [b.to(device) for b in b_init]
@@ -137,14 +177,8 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
             final_b[m][positions] = biases[m][rows]
 
     targets_w = all_targets
-    if compile:
-        step_fn, implementation = compiled_step(), "pytorch-compiled"
-    elif native_step_supported(spec, coords, device):
-        step_fn, implementation = NativeSirenStep(spec, coords, K), "native-c"
-    elif fused_step_supported(device):
-        step_fn, implementation = FusedSirenStep(coords, K), "numba-mkl"
-    else:
-        step_fn, implementation = mse_and_grads, "pytorch"
+    step_fn = {"pytorch-compiled": compiled_step, "native-c": lambda: NativeSirenStep(spec, coords, K),
+               "pytorch": lambda: mse_and_grads}[backend]()
     for step in range(config.steps):
         mse, grad_w, grad_b = step_fn(spec, weights, biases, coords, targets_w)
         if config.psnr_stop is not None:
@@ -171,11 +205,16 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, compi
             working, frozen = working[keep], frozen[keep]
             targets_w = all_targets[working]
     write_back(torch.arange(len(working), device=device), working)
+    return _result(spec, final_w, final_b, coords, all_targets, peak, steps_taken, backend)
+
+
+def _result(spec, weights, biases, coords, targets, peak, steps_taken, implementation) -> FitResult:
+    """The fitted networks on the host, their final MSE and PSNR evaluated by the PyTorch forward."""
     with torch.no_grad():
-        final_mse = mse_and_grads(spec, final_w, final_b, coords, all_targets)[0]
+        final_mse = mse_and_grads(spec, weights, biases, coords, targets)[0]
     return FitResult(
-        weights=[w.cpu().numpy() for w in final_w],
-        biases=[b.cpu().numpy() for b in final_b],
+        weights=[w.cpu().numpy() for w in weights],
+        biases=[b.cpu().numpy() for b in biases],
         mse=final_mse.cpu().numpy(),
         psnr=psnr(final_mse, peak).cpu().numpy(),
         steps=steps_taken.cpu().numpy(),

@@ -9,8 +9,7 @@ times ``w0 * cos`` in the backward). Adam is one pass per parameter tensor.
 
 It is compiled on first use and cached by :mod:`zoo.cbuild`. Where it cannot be (no x86-64 with
 AVX2 and FMA, no compiler, a failed build, or ``ZOO_NATIVE=0``), :func:`library` returns ``None`` and the
-fitter uses the numba kernels (:mod:`zoo.fit.kernels`) or plain PyTorch instead: same math, float
-rounding apart.
+fitter uses the PyTorch step instead: same math, float rounding apart.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ class SirenShape(ctypes.Structure):
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """The loaded kernels, or ``None`` where they cannot run here (see the module doc)."""
-    lib = cbuild.load(SOURCE, FLAGS, "native fitting kernels", "the slower numba/PyTorch step")
+    lib = cbuild.load(SOURCE, FLAGS, "native fitting kernels", "the slower PyTorch step")
     if lib is None:
         return None
     shape_p = ctypes.POINTER(SirenShape)

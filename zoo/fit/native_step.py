@@ -1,8 +1,7 @@
 """The fitting step through the native kernels (:mod:`zoo.fit.native`): one C call per step.
 
-Same contract as :class:`zoo.fit.fused_step.FusedSirenStep` and the same math as
-:func:`zoo.fit.siren.mse_and_grads`. The C code handles one network after the other, so a
-network's result does not depend on which others share its group.
+Same contract and the same math as :func:`zoo.fit.siren.mse_and_grads`. The C code handles one
+network after the other, so a network's result does not depend on which others share its group.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@
 #define MAX_COLUMN_VECTORS 3 /* a matmul tile is 4 rows x up to 24 columns: 12 accumulators */
 
 /* ---- sine and cosine of 8 floats: the Cody-Waite reduction by pi/2 and Cephes' single-precision
- * minimax polynomials of zoo/fit/kernels.py (max error ~1e-7 for a SIREN's pre-activations). */
+ * minimax polynomials, as zoo/fit/triton_step.py computes them on a GPU (max error ~1e-7 for a SIREN's
+ * pre-activations). */
 INLINE void sincos8(__m256 x, __m256 *sin_out, __m256 *cos_out) {
     const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     const __m256 sign_bit = _mm256_set1_ps(-0.0f), shifter = _mm256_set1_ps(12582912.0f); /* 1.5 * 2^23 */

@@ -23,18 +23,19 @@ import torch
 from ..sources import SPLITS
 from ..sources.errors import DataError
 from ..store.format import bias_name, weight_name
-from ..train.data import ClassifierData, classifier_data, input_manifest, pool_size
+from ..train.data import ClassifierData, classifier_data, input_manifest
 from ..train.mlp import ACTIVATIONS, MlpSpec, init_bound
 from ..train.runs import Diversity, RunSettings, draw_run
 from ..train.schedule import TrainSchedule
-from ..train.trainer import train_runs
+from ..train.trainer import class_counts, host_arrays, train_runs
 from ..train.evaluate import TIE_MARGIN
 from .chunk import ChunkTarget, finish_chunk
 from .plan import limited_counts
 from .recipe import Layout, Recipe, refuse_options
 
 INR_OPTIONS = {  # options of INR kinds, at their defaults
-    "views": 1, "init": "siren", "psnr_stop": None, "no_early_stop": False, "compile": False}
+    "views": 1, "init": "siren", "psnr_stop": None, "no_early_stop": False, "compile": False,
+    "fit_backend": "auto"}
 RUN_RULE = ("runs are numbered as in the full zoo, split by run (train, val, test in that order); --limit keeps the "
             "first runs of each split; a run's checkpoints are consecutive networks, in step order")
 
@@ -113,8 +114,7 @@ class ClassifierRecipe(Recipe):
             self.runs += [draw_run(self.opts.seed, r, num_classes, kind.classes_per_run, schedule.lr, self.diversity)
                           for r in range(first, first + counts[split])]
             first += kind.splits[split]
-        steps = [schedule.checkpoint_steps(schedule.total_steps(pool_size(data.train_labels, r.classes)))
-                 for r in self.runs]
+        steps = [schedule.checkpoint_steps(schedule.total_steps(n)) for n in class_counts(data.train_labels, self.runs)]
         per_run = {len(s) for s in steps}
         if len(per_run) > 1:
             raise ValueError(f"runs of {kind.name} take different numbers of steps (their classes have different "
@@ -199,11 +199,12 @@ def train_chunk(target: ChunkTarget, widths, schedule: TrainSchedule, runs: list
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
     spec = MlpSpec(tuple(widths))
-    results = train_runs(spec, data, runs, schedule, device=device, group=group, progress=progress)
+    weights, biases = host_arrays(spec, target.stop - target.start, device)  # the chunk's arrays, filled in place
+    results = train_runs(spec, data, runs, schedule, device=device, group=group, progress=progress,
+                         out=(weights, biases))
     params = {}
     for m in range(spec.num_layers):
-        params[weight_name(m + 1)] = np.concatenate([r.weights[m] for r in results])
-        params[bias_name(m + 1)] = np.concatenate([r.biases[m] for r in results])
+        params[weight_name(m + 1)], params[bias_name(m + 1)] = weights[m], biases[m]
     accuracy = np.concatenate([r.test_accuracy for r in results])
     loss = np.concatenate([r.train_loss for r in results])
     status = [r.status(c) for r in results for c in range(len(r.steps))]

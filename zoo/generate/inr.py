@@ -16,7 +16,7 @@ import pyarrow as pa
 import torch
 
 from ..devices import resolve_device
-from ..fit.fitter import FitConfig, fit_batch
+from ..fit.fitter import FitConfig, choose_step, fit_batch
 from ..fit.siren import Grid2D, SirenSpec, network_seed
 from ..sources.images import ImageSource
 from ..store.format import bias_name, weight_name
@@ -60,6 +60,8 @@ class InrRecipe(Recipe):
     def plan(self, source) -> Layout:
         self.layout = build_plan(source, limit=self.opts.limit, views=self.opts.views, proportions=self.kind.splits)
         self.coords = _coords(source)
+        if self.opts.fit_backend != "auto":  # refused here, before the store is created, if it cannot run
+            choose_step(self.spec, _coords_value(self.coords), resolve_device(self.opts.device), self.opts.fit_backend)
         return Layout(
             num_networks=self.layout.num_networks, splits=self.layout.splits, chunk_size=self.opts.chunk_size,
             metadata={
@@ -81,6 +83,7 @@ class InrRecipe(Recipe):
             "peak": self.layout.peak[start:stop], "device": device,
             "columns": {k: v[start:stop] for k, v in self.layout.columns.items()},
             "threads": None if device.startswith("cuda") else 1, "compile": self.opts.compile,
+            "backend": self.opts.fit_backend,
         }
 
     def postfix(self, result: dict) -> dict[str, str]:
@@ -111,6 +114,14 @@ def _coords(source):
     return points.numpy()
 
 
+def _coords_value(coords):
+    """The coordinates as :func:`_coords` sends them (a grid travels as its two axes) -> a
+    :class:`Grid2D` or a ``[P, d_0]`` tensor."""
+    if isinstance(coords, tuple):
+        return Grid2D(torch.as_tensor(coords[0]), torch.as_tensor(coords[1]))
+    return torch.as_tensor(coords)
+
+
 def fit_chunk(
     target: ChunkTarget,
     spec: SirenSpec,
@@ -124,6 +135,7 @@ def fit_chunk(
     threads: int | None = 1,
     compile: bool = False,
     progress=None,
+    backend: str = "auto",
 ) -> dict:
     """Fit the networks of chunk ``target`` (one per row of ``targets``) and store or return them
     (``progress(fraction)`` after every step, in-process only)."""
@@ -132,13 +144,10 @@ def fit_chunk(
     t0 = time.perf_counter()
     device = resolve_device(device)
     indices = list(range(target.start, target.stop))
-    if isinstance(coords, tuple):  # a Grid2D travels as its two axes
-        coords = Grid2D(torch.as_tensor(coords[0]), torch.as_tensor(coords[1]))
-    else:
-        coords = torch.as_tensor(coords)
+    coords = _coords_value(coords)
     result = fit_batch(
         spec, coords.to(device), torch.as_tensor(targets), indices, seed, config,
-        peak=torch.as_tensor(peak), device=device, compile=compile, progress=progress,
+        peak=torch.as_tensor(peak), device=device, compile=compile, progress=progress, backend=backend,
     )
     params = {}
     for m in range(spec.num_layers):

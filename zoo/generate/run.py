@@ -12,6 +12,7 @@ result equals an uninterrupted run.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,7 @@ from .command import command_line
 from .executors import make_executor, uses_ray
 from .kinds import KINDS, get_kind
 from .progress import GenerateProgress
+from .writeback import ChunkWriter, write_depth
 
 @dataclass
 class GenerateOptions:
@@ -65,6 +67,7 @@ class GenerateOptions:
     psnr_stop: float | None = None
     no_early_stop: bool = False
     compile: bool = False  # torch.compile the fitting step (faster; float rounding differs from eager)
+    fit_backend: str = "auto"  # INR kinds: the fitting step (zoo.fit.fitter.FIT_BACKENDS), speed only
     epochs: int | None = None  # classifier kinds: override the schedule
     batch_size: int | None = None
     checkpoint_every: int | None = None
@@ -226,32 +229,61 @@ def _statistics(manifest: dict, moments: dict[int, TrainMoments], log) -> Moment
 
 def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool) -> dict[int, TrainMoments]:
     """Make the chunks ``todo``; a chunk is listed complete once its data and fragment are stored
-    (by its task where the store is a URL, else here). Returns their train moments."""
+    (by its task where the store is a URL, else by the background writer while the next chunk is
+    made: :mod:`zoo.generate.writeback`). Returns their train moments."""
     layout, url = chunk_layout(manifest), (str(out) if isinstance(out, UrlRoot) else None)
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
     in_process = executor.name == "local"
+    chunk_bytes = 4 * manifest["chunk_size"] * sum(int(np.prod(s)) for s in manifest["parameters"].values())
+    depth = write_depth(chunk_bytes, in_process)
     bar = GenerateProgress(manifest["num_networks"], done, f"{recipe.verb} {manifest['kind']}", enabled=progress,
                            chunks_left=len(todo), workers=None if in_process else getattr(executor, "workers", 1))
+    bar_lock = threading.Lock()  # the bar moves from the chunk being made and from the writer
+    moments = {}
+
+    def store(result: dict) -> None:
+        """Write a finished chunk (unless its task did), list it complete, move the bar: the writer's
+        work, in the order the chunks finished; the one place that rewrites the manifest here."""
+        chunk = result["chunk"]
+        if "fragment" in result:
+            fragment = result["fragment"]
+        else:
+            fragment = write_chunk(out, chunk, result.pop("params"), result.pop("rows"), layout)
+        mark_chunks_complete(out, manifest, {chunk: fragment})
+        if result["moments"] is not None:
+            moments[chunk] = result["moments"]
+        with bar_lock:
+            bar.chunk_written(chunk, result["networks"], recipe.postfix(result))
+
+    writer = ChunkWriter(store, depth)
+
+    def reporter(chunk: int, networks: int):
+        report = bar.reporter(chunk, networks)
+
+        def progress(fraction: float) -> None:
+            writer.check()  # a failed write stops the chunk being made, not only the next one
+            with bar_lock:
+                report(fraction)
+        return progress
 
     def job(chunk: int) -> dict:
         start, stop = chunk_bounds(manifest, chunk)
         kwargs = recipe.job(ChunkTarget(chunk, start, stop, train_stop(manifest), layout, url), device)
         if in_process and progress:  # a callable cannot travel to a Ray task; there the bar ticks instead
-            kwargs["progress"] = bar.reporter(chunk, stop - start)
+            kwargs["progress"] = reporter(chunk, stop - start)
         return kwargs
 
-    moments = {}
     try:
-        for result in executor.map_unordered(recipe.work, (job(c) for c in todo)):
-            chunk = result["chunk"]
-            if "fragment" in result:
-                fragment = result["fragment"]
-            else:
-                fragment = write_chunk(out, chunk, result.pop("params"), result.pop("rows"), layout)
-            mark_chunks_complete(out, manifest, {chunk: fragment})
-            if result["moments"] is not None:
-                moments[chunk] = result["moments"]
-            bar.chunk_written(chunk, result["networks"], recipe.postfix(result))
+        results = executor.map_unordered(recipe.work, (job(c) for c in todo))
+        try:
+            for result in results:
+                writer.put(result)  # blocks while the writer holds its limit; raises its error
+            writer.close()  # every chunk written and listed, or the writer's error
+        except BaseException:
+            writer.stop()  # the chunks already made are still written (a second Ctrl-C abandons them)
+            raise
+        finally:
+            getattr(results, "close", lambda: None)()  # Ray: cancels the tasks still running
     finally:
         bar.close()
     return moments

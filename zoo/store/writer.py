@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import uuid
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
+import google_crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -148,7 +151,12 @@ def train_chunks(manifest: dict) -> list[int]:
 
 def write_chunk(root, chunk: int, params: dict[str, np.ndarray], rows: pa.Table, layout: dict | None = None) -> str:
     """Write one chunk's parameters and rows; returns the fragment's checksum. Safe to repeat: it
-    overwrites the same cells. ``layout``: :func:`chunk_layout` (read from the store if not given)."""
+    overwrites the same cells. ``layout``: :func:`chunk_layout` (read from the store if not given).
+
+    Nothing of the chunk is written unless every value is finite. A whole chunk of a local store
+    goes straight to its files (:func:`_stage_chunk_file`: one pass over the values checks them,
+    checksums them and writes them while they are in cache; the files are renamed into place once
+    every array passed); other chunks (URLs, the edge chunk) are checked, then written by zarr."""
     root = store_root(root)
     layout = layout or chunk_layout(read_manifest(root))
     start, stop = chunk_bounds(layout, chunk)
@@ -159,21 +167,121 @@ def write_chunk(root, chunk: int, params: dict[str, np.ndarray], rows: pa.Table,
         values = np.asarray(params[name], dtype=np.float32)
         if values.shape != (stop - start, *shape):
             raise StoreError(f"chunk {chunk}: {name} has shape {values.shape}, expected {(stop - start, *shape)}")
-        if not np.isfinite(values).all():
-            raise StoreError(f"chunk {chunk}: {name} contains NaN or inf; refusing to store it")
         checked[name] = values
     arrays = _open_arrays(zarr_location(arrays_root(root, layout)), json.dumps(layout, sort_keys=True))
+    direct = {name: _direct_chunk_file(arrays[name], chunk, values) for name, values in checked.items()}
     for name, values in checked.items():
-        arrays[name][start:stop] = values
+        if direct[name] is None and not _all_finite(values):
+            _refuse_non_finite(chunk, name)
+    staged = []
+    try:
+        for name, values in checked.items():
+            if direct[name] is not None:
+                path, checksum = direct[name]
+                staged.append((_stage_chunk_file(values, path, checksum, chunk, name), path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for name, values in checked.items():
+        if direct[name] is None:
+            arrays[name][start:stop] = values
     return write_table(rows, root / fragment_name(chunk))
+
+
+def _refuse_non_finite(chunk: int, name: str):
+    raise StoreError(f"chunk {chunk}: {name} contains NaN or inf; refusing to store it")
+
+
+#: elements checked for NaN / inf at a time (4 MiB of float32: no chunk-sized temporary), and
+#: elements checked, checksummed and written at a time by :func:`_stage_chunk_file`
+_BLOCK = 1 << 20
+
+
+def _all_finite(values: np.ndarray) -> bool:
+    flat = values.reshape(-1)
+    flags = np.empty(min(flat.size, _BLOCK), dtype=bool)
+    for begin in range(0, flat.size, _BLOCK):
+        block = flat[begin:begin + _BLOCK]
+        if not np.isfinite(block, out=flags[:block.size]).all():
+            return False
+    return True
 
 
 @lru_cache(maxsize=4)
 def _open_arrays(group: str, layout: str) -> dict:
     """The parameter arrays of a store, opened once per process and layout: a worker writing many
-    chunks of a URL store reads their metadata once, not a few requests per array and chunk."""
+    chunks of a URL store reads their metadata once, not a few requests per array and chunk.
+    ``write_empty_chunks``: zarr otherwise compares every chunk with the fill value (NaN) before
+    writing it, a pass over the data for nothing (a chunk with a NaN is refused above)."""
     opened = zarr.open_group(group, mode="r+", zarr_format=3, use_consolidated=False)
-    return {name: opened[name] for name in json.loads(layout)["parameters"]}
+    arrays = {name: opened[name] for name in json.loads(layout)["parameters"]}
+    if hasattr(zarr.Array, "with_config"):  # zarr >= 3.1
+        arrays = {name: a.with_config({"write_empty_chunks": True}) for name, a in arrays.items()}
+    return arrays
+
+
+def _direct_chunk_file(arr, chunk: int, values: np.ndarray) -> tuple[Path, bool] | None:
+    """``(file, with crc32c)`` where chunk ``chunk`` of a local array can be written straight to
+    its file as zarr would encode it; None where zarr must write it (a URL, an edge chunk, which
+    zarr pads to full size, another encoding).
+
+    The bytes are exactly zarr's: the codecs are ``[bytes (little endian)]`` or ``[bytes (little
+    endian), crc32c]`` (the Zarr v3 spec's encodings: the C-order values, then for crc32c its 4
+    bytes little endian), checked on the array's metadata, so every other layout goes through
+    zarr. Zarr's own path took ~2x the disk's write time for a 482 MB chunk: a pass comparing it
+    with the fill value, a copy into a fresh buffer to append the checksum (page faults
+    included), then the write of that copy."""
+    try:
+        from zarr.codecs import BytesCodec, Crc32cCodec
+        from zarr.core.chunk_grids import RegularChunkGrid
+        from zarr.storage import LocalStore
+    except ImportError:  # another zarr layout: let zarr write
+        return None
+    meta, codecs = arr.metadata, arr.metadata.codecs
+    if not (isinstance(arr.store, LocalStore) and isinstance(meta.chunk_grid, RegularChunkGrid)
+            and tuple(meta.chunk_grid.chunk_shape) == values.shape and arr.dtype == np.dtype("float32")
+            and len(codecs) in (1, 2) and type(codecs[0]) is BytesCodec and codecs[0].endian is not None
+            and codecs[0].endian.value == "little"
+            and (len(codecs) == 1 or type(codecs[1]) is Crc32cCodec)):
+        return None
+    return Path(arr.store.root) / arr.path / chunk_key(arr, chunk), len(codecs) == 2
+
+
+def _stage_chunk_file(values: np.ndarray, path: Path, checksum: bool, chunk: int, name: str) -> Path:
+    """Write ``values`` (+ their crc32c) as zarr encodes a chunk, under a temporary name beside
+    ``path`` (zarr's own: ``<key>.<uuid>.partial``); returns it, to be renamed to ``path``. Block by
+    block, each is checked for NaN/inf, checksummed and written while it is in cache (a
+    :class:`StoreError` for a non-finite value, nothing left behind)."""
+    flat = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
+    data, flags, crc = flat.view(np.uint8), np.empty(min(flat.size, _BLOCK), dtype=bool), 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        try:
+            for begin in range(0, flat.size, _BLOCK):
+                if not np.isfinite(flat[begin:begin + _BLOCK], out=flags[:min(_BLOCK, flat.size - begin)]).all():
+                    _refuse_non_finite(chunk, name)
+                block = data[4 * begin:4 * (begin + _BLOCK)]
+                if checksum:
+                    crc = google_crc32c.extend(crc, block)
+                _write_all(fd, memoryview(block))
+            if checksum:
+                _write_all(fd, memoryview(crc.to_bytes(4, "little")))
+        finally:
+            os.close(fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def mark_chunks_complete(root, manifest: dict, fragments: dict[int, str | None]) -> dict:

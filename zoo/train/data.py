@@ -143,9 +143,17 @@ def pool_size(labels: np.ndarray, classes) -> int:
     return int(np.isin(labels, classes).sum())
 
 
-def batch_plan(run: RunSettings, labels: np.ndarray, schedule: TrainSchedule) -> BatchPlan:
-    """The batches of ``run`` (see the module doc); ``labels`` are the official train labels."""
-    pool = np.flatnonzero(np.isin(labels, run.classes))
+def class_pool(labels: np.ndarray, classes) -> np.ndarray:
+    """Positions of the train images of ``classes``, in order: a run's training pool."""
+    return np.flatnonzero(np.isin(labels, classes))
+
+
+def batch_plan(run: RunSettings, labels: np.ndarray, schedule: TrainSchedule,
+               pool: np.ndarray | None = None) -> BatchPlan:
+    """The batches of ``run`` (see the module doc); ``labels`` are the official train labels and
+    ``pool`` their :func:`class_pool` for the run's classes, where the caller has it (runs of the
+    same classes share it: 5,000 CIFAR-10 runs draw from 45 pairs)."""
+    pool = class_pool(labels, run.classes) if pool is None else pool
     if len(pool) == 0:
         raise DataError(f"run {run.run}: no training image of classes {list(run.classes)}")
     steps = schedule.total_steps(len(pool))
@@ -155,18 +163,15 @@ def batch_plan(run: RunSettings, labels: np.ndarray, schedule: TrainSchedule) ->
         pool = pool[np.sort(rng.permutation(len(pool))[:keep])]
     batch = schedule.batch_size
     per_pass = math.ceil(len(pool) / batch)
-    indices = np.zeros((steps, batch), np.int64)
-    counts = np.zeros(steps, np.int64)
-    step = 0
-    while step < steps:
-        order = pool[rng.permutation(len(pool))]
-        for start in range(0, len(order), batch):
-            if step == steps:
-                break
-            part = order[start : start + batch]
-            indices[step, : len(part)] = part
-            counts[step] = len(part)
-            step += 1
+    passes = []  # each pass over the pool: a fresh permutation cut into batches, the last one short
+    for _ in range(math.ceil(steps / per_pass)):
+        padded = np.zeros(per_pass * batch, np.int64)
+        padded[: len(pool)] = pool[rng.permutation(len(pool))]
+        passes.append(padded.reshape(per_pass, batch))
+    indices = np.concatenate(passes)[:steps]
+    counts = np.full(per_pass, batch, np.int64)
+    counts[-1] = len(pool) - (per_pass - 1) * batch
+    counts = np.tile(counts, len(passes))[:steps]
     position = np.full(max(int(labels.max()), *run.classes) + 1, -1, np.int64)
     position[list(run.classes)] = np.arange(len(run.classes))
     targets = position[labels[indices]]
