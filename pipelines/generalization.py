@@ -165,11 +165,13 @@ def plot_all(predictions: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from dws.tasks.objectives import get_task
     from dws.tasks.rundir import prediction_axes
 
+    task = get_task("regress", TARGET)
     fig, axes = plt.subplots(1, len(predictions), figsize=(3.6 * len(predictions), 3.8), squeeze=False)
     for ax, (model, p) in zip(axes[0], predictions.items()):
-        prediction_axes(ax, p, NAMES.get(model, model))
+        prediction_axes(ax, p, NAMES.get(model, model), task)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -41,7 +41,7 @@ def test_info_on_an_unfinished_store_summarizes_its_progress(tiny_store, tmp_pat
     assert "2 of 4 chunks written: 32 of 60 networks (53.3%)" in result.output
     train = manifest["splits"]["train"]["count"]
     assert f"train 32/{train}" in result.output  # chunks 0 and 2 hold train networks only
-    assert "psnr (dB)  p5" in result.output and "2 chunk(s), 28 networks" in result.output
+    assert "psnr (dB)  p5" in result.output and "2 chunks, 28 networks" in result.output
     assert "rerun the same `zoo generate` command" in result.output
     nothing = unfinish(tiny_store, tmp_path / "nothing", [])
     result = CliRunner().invoke(main, ["info", str(nothing)])

@@ -154,7 +154,7 @@ def test_a_version_1_store_stays_readable_and_verifiable(tmp_path):
     assert code == 0, out
     assert "v1: no checksums" in out and "manifest   readable (no checksum" in out
     result = CliRunner().invoke(cli.main, ["info", str(V1_STORE)])
-    assert result.exit_code == 0 and "6 in 2 chunk(s)" in result.output
+    assert result.exit_code == 0 and "6 in 2 chunks" in result.output
 
 
 def test_a_version_1_store_is_repaired_by_a_rerun_and_stays_version_1(tmp_path):

@@ -266,3 +266,13 @@ def test_train_views_trains_on_k_views_and_evaluates_on_the_first(three_view_sto
     with pytest.raises(ValueError, match="--train-views"):
         train_run(TrainOptions(**{**vars(opts), "train_views": 0, "out": str(tmp_path / "run0")}), log=lambda *_: None)
     assert not (tmp_path / "run4").exists()  # refused before anything was written
+
+
+def test_the_work_between_epochs_shows_on_the_progress_bar(tiny_store, tmp_path, capfd):
+    """Batch-norm re-estimation and validation get bars of their own (they sat still ~25 s between
+    the demo's epochs)."""
+    train_run(TrainOptions(store=str(tiny_store), model="dwsnet", epochs=1, lr=1e-3, batch_size=16,
+                           hidden_channels=4, precise_bn=40, out=str(tmp_path / "run"), progress=True),
+              log=lambda *_: None)
+    err = capfd.readouterr().err
+    assert "epoch 1: batch-norm statistics" in err and "epoch 1: validation" in err

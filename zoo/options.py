@@ -4,9 +4,86 @@ settings than the interrupted work's is refused with every difference named."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 # A val split of fewer networks chooses a learning rate or a best epoch mostly by chance: `zoo
 # generate` warns when it plans one, `zoo train` when it chooses on one.
 MIN_SELECTION_NETWORKS = 50
+# A classifier zoo's val split is counted by runs: the checkpoints of one run are alike (one
+# initialization, one data order), so 149 checkpoints of 1 run are one example, not 149. Below 5
+# runs (the ci pipelines' 5 of 40) the choice follows that run's quirks.
+MIN_SELECTION_RUNS = 5
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 network``, ``2 networks`` (``nouns``: an irregular plural)."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def require_writable_folder(flag: str, path) -> None:
+    """ValueError unless ``path`` is a folder this user can write in, or one that can be created
+    (its nearest existing ancestor is a folder this user can write in). Checked before any work,
+    so a file, a read-only folder or a read-only file system costs nothing and leaves nothing.
+    URLs (``s3://...``) are left to their file system."""
+    if "://" in str(path):
+        return
+    path = Path(path)
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        if existing == path:
+            raise ValueError(f"{flag} {path} is a file, not a folder: name a new folder or an existing one")
+        raise ValueError(f"{flag} {path}: {existing} is a file, so no folder can be made below it; name another "
+                         f"folder")
+    _require_write_access(flag, path, existing)
+
+
+def require_writable_file(flag: str, path) -> None:
+    """ValueError unless the file ``path`` can be written: its folder exists and is writable, and the
+    file, if it exists, is not a folder and is writable (before any work, as above)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a folder: name a file, e.g. {path / 'figure.png'}")
+    if not path.parent.is_dir():
+        raise ValueError(f"{flag} {path}: the folder {path.parent} does not exist (create it first)")
+    _require_write_access(flag, path, path if path.exists() else path.parent)
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        try:
+            if candidate.exists():
+                return candidate
+        except OSError:  # e.g. an ancestor this user may not list
+            return candidate
+    return Path(".")
+
+
+def _require_write_access(flag: str, path: Path, existing: Path) -> None:
+    error = _write_probe(existing)
+    if error is not None:
+        where = "" if existing == path else " (where it would be created)"
+        raise ValueError(f"{flag} {path}: {existing}{where} is not writable ({error.strerror or error}: permissions, "
+                         f"or a read-only file system); choose a place you can write")
+
+
+def _write_probe(existing: Path) -> OSError | None:
+    """Whether this process can write ``existing`` (a folder: create a file in it; a file: open it to
+    append), found by trying: permission bits do not stop root, and read-only mounts, ACLs and special
+    file systems say no only when asked. The probe file is removed at once; a file opened to append
+    is left as it was. None: it can."""
+    try:
+        if existing.is_dir():
+            fd, probe = tempfile.mkstemp(prefix=".zoo-write-probe-", dir=existing)
+            os.close(fd)
+            os.unlink(probe)
+        else:
+            with open(existing, "ab"):
+                pass
+    except OSError as exc:
+        return exc
+    return None
 
 
 def require_at_least(bounds: dict[str, tuple[float | None, float]]) -> None:

@@ -40,7 +40,7 @@ from zoo.store.location import store_root
 
 from .options import TrainOptions, default_run_dir
 from .prepare import prepare_run
-from .protocol import fit_run, format_summary
+from .protocol import fit_run, format_report
 from .rundir import write_run
 from .trainer import train
 
@@ -133,8 +133,6 @@ def train_distributed(opts: TrainOptions, log=print) -> dict:
         raise RuntimeError(f"the workers finished but rank 0 wrote no {metrics_path} (on a multi-node cluster, "
                            f"--out must be a folder every node shares)")
     metrics = json.loads(metrics_path.read_text())
-    metric = next(iter(metrics["summary"]))
-    summary = metrics["summary"][metric]
     log(f"{opts.model} on {Path(opts.store).name} ({opts.task}, {opts.workers} workers, "
-        f"{time.perf_counter() - t0:.0f} s): test {metric} {format_summary(summary, len(metrics['seeds']))} -> {run_dir}")
+        f"{time.perf_counter() - t0:.0f} s): test {format_report(run.task, metrics['test'])} -> {run_dir}")
     return {"run_dir": str(run_dir), **metrics}

@@ -33,6 +33,19 @@ SSL_EMBEDDING = 16
 
 
 @dataclass(frozen=True)
+class Reported:
+    """A metric as a person reads it (the CLI's summary, ``zoo eval``, ``predictions.png``, the README),
+    in the paper's unit: ``scale`` times the value stored under ``key`` in metrics dicts."""
+
+    key: str
+    label: str
+    scale: float = 1.0
+
+    def of(self, metrics: dict) -> float:
+        return self.scale * metrics[self.key]
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     target: str  # comma-separated store columns
@@ -63,7 +76,7 @@ class Task:
             try:
                 read_targets(store, self.targets, start, stop, usable_mask(store, start, stop))
             except ValueError as exc:
-                raise ValueError(f"--task {self.name}: {exc}") from None
+                raise ValueError(f"--task {self.name}: {exc}{_fitting_task_hint(store, self)}") from None
 
     def num_classes(self, store: WeightStore) -> int | None:
         return None
@@ -88,6 +101,14 @@ class Task:
     def metrics(self, outputs: Tensor, targets: Tensor, probe: tuple[Tensor, Tensor] | None) -> dict:
         """Metrics of a split's ``outputs`` (``probe``: the train split's outputs and targets, if asked)."""
         raise NotImplementedError
+
+    def reported(self) -> tuple[Reported, ...]:
+        """The metrics shown to a person, in the paper's units (stored metrics stay unscaled)."""
+        return (Reported(self.metric, self.metric),)
+
+    def report(self, metrics: dict) -> str:
+        """One split's metrics in the paper's units, e.g. ``100×MSE 2.462, Kendall τ 0.778``."""
+        return ", ".join(f"{r.label} {r.of(metrics):.4g}" for r in self.reported() if r.key in metrics)
 
 
 class Classify(Task):
@@ -133,6 +154,13 @@ class Regress(Task):
             return {"loss": mse, "mse": mse}
         return {"loss": mse, "mse": mse, "kendall_tau": kendall_tau(outputs.flatten(), targets.flatten())}
 
+    def reported(self):
+        """The paper's units: 100 x MSE for accuracies (its generalization-prediction figure), MSE for
+        other targets (its sine-regression figure); Kendall's tau where one number is predicted."""
+        mse = (Reported("mse", "100×MSE", 100.0) if all(t.endswith("accuracy") for t in self.targets)
+               else Reported("mse", "MSE"))
+        return (mse, Reported("kendall_tau", "Kendall τ")) if self.scalar_predictions else (mse,)
+
 
 class SelfSupervised(Task):
     full_batches = True  # NT-Xent's negatives are the rest of the batch
@@ -147,6 +175,9 @@ class SelfSupervised(Task):
     def metrics(self, outputs, targets, probe):
         train_z, train_y = probe
         return {"probe_mse": linear_probe_mse(train_z.numpy(), train_y.numpy(), outputs.numpy(), targets.numpy())}
+
+    def reported(self):
+        return (Reported("probe_mse", "linear-probe MSE"),)
 
 
 class Adapt(Task):
@@ -185,6 +216,17 @@ REGRESS = Regress("regress", "frequency", "mse", "min")
 SSL = SelfSupervised("ssl", "amplitude,frequency", "probe_mse", "min")
 ADAPT = Adapt("adapt", "index", "accuracy", "max")
 TASKS = {t.name: t for t in (CLASSIFY, REGRESS, SSL, ADAPT)}
+
+
+def _fitting_task_hint(store: WeightStore, task: Task) -> str:
+    """What ``zoo train`` does on ``store`` without --task, when that is another task or target."""
+    from .options import TrainOptions, with_task_defaults
+
+    fitting = with_task_defaults(TrainOptions(store=str(store.root)))
+    target = fitting.target or TASKS[fitting.task].target
+    if (fitting.task, target) == (task.name, task.target):
+        return ""
+    return f"; without --task, zoo train does what this store is for: --task {fitting.task} --target {target}"
 
 
 def get_task(name: str, target: str | None = None) -> Task:

@@ -23,6 +23,13 @@ ADAPT_MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align")  # the models whose ou
 # its 3072 image inputs reduced to d_0' = 16)
 MODEL_DEFAULTS = dict(hidden_channels=48, input_reduction=None)
 TASK_MODEL_DEFAULTS = {"adapt": dict(hidden_channels=16, input_reduction=16)}
+# What `zoo train STORE` does when --task is not given: the paper's experiment for the store's kind
+# (its manifest's `targets`). Classifier zoos also get the paper's DWSNet for classifiers (16 channels,
+# d_0 reduced to d_0' = 16; without it a 784-input DWSNet of 48 channels has ~9 billion parameters)
+# and no weight augmentation (noise and dropout change a classifier's function, so its accuracy, the target).
+TASK_OF_TARGETS = {("label",): "classify", ("frequency",): "regress", ("amplitude", "frequency"): "ssl",
+                   ("test_accuracy",): "regress"}
+CLASSIFIER_ZOO_DEFAULTS = dict(target="test_accuracy", hidden_channels=16, input_reduction=16, augment=False)
 # how the DWSNet runs (dws.nn.fast.accelerate's backends; tests/test_train.py checks they agree):
 # auto = native C kernels where they apply, else fused PyTorch; plain = the paper's modules as written
 BACKENDS = ("auto", "native", "pytorch", "plain")
@@ -32,7 +39,7 @@ BACKENDS = ("auto", "native", "pytorch", "plain")
 class TrainOptions:
     store: str
     model: str = "dwsnet"
-    task: str = "classify"
+    task: str | None = None  # None: the store's (TASK_OF_TARGETS; with_task_defaults)
     target: str | None = None
     out: str | None = None
     epochs: int = 10
@@ -49,7 +56,7 @@ class TrainOptions:
     bn: bool = True
     blocks: str = "all"
     pool: str = "max"
-    augment: bool = True
+    augment: bool | None = None  # None: on, except for classifier zoos (CLASSIFIER_ZOO_DEFAULTS)
     # regress: the model's outputs are read as targets standardized with the train split's mean and std
     # (dws.tasks.models.TargetScale); False: raw targets, as before 2026-11-25
     standardize_target: bool = True
@@ -96,7 +103,7 @@ def check_options(opts: TrainOptions) -> None:
         raise ValueError(f"--dropout must be in [0, 1), got {opts.dropout}")
     for flag, value, choices in (("--model", opts.model, MODELS), ("--task", opts.task, TASKS),
                                  ("--backend", opts.backend, BACKENDS)):
-        if value not in choices:
+        if value not in choices and not (flag == "--task" and value is None):
             raise ValueError(f"{flag} {value!r} is not one of {', '.join(choices)}")
     if opts.model != "dwsnet":
         for name, (flag, why) in DWSNET_ONLY.items():
@@ -122,10 +129,46 @@ def check_options(opts: TrainOptions) -> None:
 
 
 def with_task_defaults(opts: TrainOptions) -> TrainOptions:
-    """``opts`` with the model sizes left unset filled in from the task (``TASK_MODEL_DEFAULTS``)."""
-    defaults = {**MODEL_DEFAULTS, **TASK_MODEL_DEFAULTS.get(opts.task, {})}
-    return replace(opts, **{name: value for name, value in defaults.items() if getattr(opts, name) is None})
+    """``opts`` with what was left unset filled in: the task and its target from the store's kind,
+    then the model sizes and the augmentation from the store and the task (see :func:`store_defaults`)."""
+    return store_defaults(opts)[0]
+
+
+def store_defaults(opts: TrainOptions) -> tuple[TrainOptions, str | None]:
+    """:func:`with_task_defaults`'s options, and one line saying what followed the store (None when
+    nothing did). Reads the store's manifest (not its networks) where something is left unset."""
+    unset = {name for name in ("task", "target", "hidden_channels", "input_reduction", "augment")
+             if getattr(opts, name) is None}
+    if not unset:
+        return opts, None
+    from zoo.store.manifest import read_manifest  # lazily: `import cli` reads no store code
+
+    manifest = read_manifest(opts.store)
+    targets = tuple(manifest.get("targets") or ())
+    classifiers = (manifest.get("architecture") or {}).get("family") == "mlp-classifier"
+    chosen = {}
+    if opts.task is None:
+        chosen["task"] = TASK_OF_TARGETS.get(targets, "classify" if "label" in targets else "regress")
+    task = opts.task or chosen["task"]
+    defaults = {**MODEL_DEFAULTS, "augment": True, **TASK_MODEL_DEFAULTS.get(task, {})}
+    if classifiers and task != "adapt":
+        defaults.update(CLASSIFIER_ZOO_DEFAULTS if task == "regress" else
+                        {k: v for k, v in CLASSIFIER_ZOO_DEFAULTS.items() if k != "target"})
+    chosen.update({name: value for name, value in defaults.items() if name in unset and name != "task"})
+    resolved = replace(opts, **chosen)
+    # say what the store chose: the task (and target) where --task was not given, and for classifier
+    # zoos the DWSNet and augmentation that differ from the INR zoos' defaults
+    shown = {k: chosen[k] for k in ("task", "target", "hidden_channels", "input_reduction", "augment")
+             if chosen.get(k) is not None and (k in ("task", "target") or classifiers)
+             and (k != "augment" or not chosen[k])}
+    if not shown or not ("task" in chosen or classifiers):
+        return resolved, None
+    flags = " ".join("--no-augment" if k == "augment" else f"--{k.replace('_', '-')} {v}" for k, v in shown.items())
+    why = ": the paper's generalization prediction" if classifiers and resolved.task == "regress" else ""
+    return resolved, (f"note: {flags} (from the store: a {manifest.get('kind', 'weight')} zoo{why}); pass "
+                      f"{'--task' if len(shown) == 1 else 'these options'} to choose otherwise")
 
 
 def default_run_dir(opts: TrainOptions) -> Path:
-    return Path("runs") / f"{Path(opts.store).name}-{opts.model}-{opts.task}"
+    task = opts.task or with_task_defaults(opts).task
+    return Path("runs") / f"{Path(opts.store).name}-{opts.model}-{task}"

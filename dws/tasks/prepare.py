@@ -23,7 +23,7 @@ from dws.stream import WeightStoreLoader, describe_excluded, excluded, inr_augme
 from dws.stream.rows import view_mask
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
-from zoo.options import MIN_SELECTION_NETWORKS
+from zoo.options import MIN_SELECTION_NETWORKS, MIN_SELECTION_RUNS, plural
 from zoo.store import StoreError, WeightStore
 
 from .checkpoint import RunCheckpoints
@@ -144,12 +144,20 @@ def resume_settings(opts: TrainOptions, store: WeightStore) -> dict:
 
 
 def warn_small_val(store: WeightStore, opts: TrainOptions, log) -> None:
-    """One line when the val split is too small for what is chosen on it."""
+    """One line when the val split is too small for what is chosen on it: fewer than
+    MIN_SELECTION_NETWORKS networks, or (classifier zoos, whose checkpoints are alike within a run)
+    fewer than MIN_SELECTION_RUNS runs."""
     start, stop = store.split_range("val")
-    if stop - start < MIN_SELECTION_NETWORKS:
-        chosen = "the learning rate and the best epoch are" if opts.lr is None else "the best epoch is"
-        log(f"warning: {chosen} chosen on {stop - start} val networks; {MIN_SELECTION_NETWORKS} or more give a choice "
-            f"worth making (zoo generate --limit train=N,val=N,test=N)")
+    per_run = (store.manifest.get("runs") or {}).get("checkpoints_per_run")
+    runs = (stop - start) // per_run if per_run else None
+    if stop - start >= MIN_SELECTION_NETWORKS and (runs is None or runs >= MIN_SELECTION_RUNS):
+        return
+    chosen = "the learning rate and the best epoch are" if opts.lr is None else "the best epoch is"
+    of_runs = "" if runs is None else f" of {plural(runs, 'run')}"
+    enough = (f"{MIN_SELECTION_NETWORKS} or more" if runs is None else
+              f"{MIN_SELECTION_RUNS} or more runs and {MIN_SELECTION_NETWORKS} or more networks")
+    log(f"warning: {chosen} chosen on {plural(stop - start, 'val network')}{of_runs}; {enough} give a choice worth "
+        f"making (zoo generate --limit train=N,val=N,test=N)")
 
 
 def log_excluded(store: WeightStore, ranges: dict[str, tuple[int, int]], log=print) -> None:

@@ -99,6 +99,19 @@ def summarize(task: Task, lr: float, first_seed: int, runs: list[TrainResult], s
     }
 
 
+def format_report(task: Task, per_seed: list[dict]) -> str:
+    """The task's reported metrics (:meth:`Task.reported`, the paper's units) over seed runs, e.g.
+    ``100×MSE 2.4620 ± 0.1000, Kendall τ 0.7780 ± 0.0100 (3 seeds)``; mean and std as :func:`summarize`."""
+    parts = []
+    for r in task.reported():
+        values = np.array([r.of(m) for m in per_seed if r.key in m], dtype=float)
+        if len(values):
+            text = format_summary({"mean": float(values.mean()), "std": float(values.std())}, len(values))
+            parts.append(f"{r.label} {text.rsplit(' (', 1)[0]}")
+    seeds = "one seed" if len(per_seed) == 1 else f"{len(per_seed)} seeds"
+    return f"{', '.join(parts)} ({seeds})"
+
+
 def format_summary(summary: dict, num_seeds: int) -> str:
     """``mean ± std (N seeds)``, or ``mean (one seed)``: a std over one seed is no spread."""
     if num_seeds == 1:

@@ -9,16 +9,24 @@ loop), :mod:`.prepare` (the store checked against task and options, loaders), :m
 
 from __future__ import annotations
 
+from zoo.options import require_writable_folder
+
 from .distributed import train_distributed
-from .options import TrainOptions, check_options
+from .options import TrainOptions, check_options, default_run_dir, store_defaults
 from .prepare import prepare_run
 from .protocol import fit_run
 from .rundir import write_run
 
 
 def train_run(opts: TrainOptions, log=print) -> dict:
-    """Train as ``opts`` say; the metrics written to the run directory (and its path, ``run_dir``)."""
+    """Train as ``opts`` say; the metrics written to the run directory (and its path, ``run_dir``).
+    What ``opts`` leave unset follows the store (:func:`.options.store_defaults`, said in one line);
+    a run directory that cannot be written is refused before any work."""
     check_options(opts)
+    opts, chosen = store_defaults(opts)
+    require_writable_folder("--out", opts.out or default_run_dir(opts))
+    if chosen:
+        log(chosen)
     if opts.workers > 1:
         return train_distributed(opts, log)
     run = prepare_run(opts, log)

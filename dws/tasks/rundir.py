@@ -35,7 +35,7 @@ from .models import build_model, evaluation_transform
 from .objectives import Task, get_task
 from .options import TrainOptions, default_run_dir, with_task_defaults
 from .prepare import PreparedRun, resume_settings
-from .protocol import format_summary
+from .protocol import format_report
 from .trainer import Predictions, TrainResult, evaluate
 
 ARCH_KEYS = ("widths", "activation", "w0_per_layer", "output_offset")
@@ -71,11 +71,11 @@ def write_run(run: PreparedRun, outcome: dict, log=print) -> dict:
     if run.task.scalar_predictions:
         write_predictions([r.test_predictions for r in results], run_dir / "test_predictions.csv")
         plot_predictions(best.test_predictions, run_dir / "predictions.png",
-                         f"{run.opts.model} on {run.store.root.name}: test {run.task.target}")
+                         f"{run.opts.model} on {run.store.root.name}: test {run.task.target}", run.task)
     if run.checkpoints is not None:
         run.checkpoints.clear()  # the run is complete: nothing left to resume
-    log(f"{run.opts.model} on {run.store.root.name} ({run.task.name}): test {run.task.metric} "
-        f"{format_summary(outcome['summary'][run.task.metric], len(results))} -> {run_dir}")
+    log(f"{run.opts.model} on {run.store.root.name} ({run.task.name}): test "
+        f"{format_report(run.task, outcome['test'])} -> {run_dir}")
     return {"run_dir": str(run_dir), **metrics}
 
 
@@ -148,26 +148,28 @@ def write_predictions(per_seed_run: list[Predictions], path: Path) -> None:
                 out.writerow([k, i, f"{t:.6g}", f"{o:.6g}"])
 
 
-def plot_predictions(predictions: Predictions, path: Path, title: str) -> None:
+def plot_predictions(predictions: Predictions, path: Path, title: str, task: Task) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(4.2, 4))
-    prediction_axes(ax, predictions, title)
+    prediction_axes(ax, predictions, title, task)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def prediction_axes(ax, predictions: Predictions, title: str) -> None:
+def prediction_axes(ax, predictions: Predictions, title: str, task: Task) -> None:
     """Predicted against actual on ``ax``: the points, the diagonal, a least-squares line (as the
-    paper's figure draws it), and 100 x MSE and Kendall's tau in the title."""
+    paper's figure draws it), and the task's reported metrics (the CLI's units: 100 x MSE for
+    accuracies, and Kendall's tau) in the title."""
     from .objectives import kendall_tau
 
     actual, predicted = predictions.target.flatten().double().numpy(), predictions.output.flatten().double().numpy()
-    mse, tau = float(np.mean((predicted - actual) ** 2)), kendall_tau(predictions.output, predictions.target)
+    metrics = {"mse": float(np.mean((predicted - actual) ** 2)),
+               "kendall_tau": kendall_tau(predictions.output, predictions.target)}
     ax.scatter(actual, predicted, s=10, alpha=0.6, linewidths=0)
     lo, hi = float(min(actual.min(), predicted.min())), float(max(actual.max(), predicted.max()))
     ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=1, label="predicted = actual")
@@ -176,7 +178,7 @@ def prediction_axes(ax, predictions: Predictions, title: str) -> None:
         ax.plot([lo, hi], [slope * lo + intercept, slope * hi + intercept], color="black", linewidth=1.2,
                 label="linear fit")
     ax.set_xlabel("actual"), ax.set_ylabel("predicted")
-    ax.set_title(f"{title}\n100×MSE {100 * mse:.3f}, Kendall τ {tau:.3f}", fontsize=9)
+    ax.set_title(f"{title}\n{task.report(metrics)}", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
 
 
@@ -245,4 +247,4 @@ def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test
     metrics = evaluate(run.model, task, loader, "cpu", probe)
     left_out = {"excluded": dict(loader.excluded)} if loader.excluded else {}  # diverged networks (status)
     return {"run": str(run.run_dir), "store": str(store.root), "split": split, "networks": loader.num_networks,
-            **left_out, **metrics}
+            **left_out, "report": f"{split} {task.report(metrics)}", **metrics}

@@ -90,6 +90,12 @@ def _length(loader) -> int | None:
         return None
 
 
+def _stage(loader: Iterable, desc: str, config) -> Iterable:
+    """``loader`` behind a transient progress bar named ``desc`` (off with the training's bar)."""
+    return tqdm(loader, desc=desc, unit="batch", leave=False, total=_length(loader), disable=not config.progress,
+                dynamic_ncols=True)
+
+
 @torch.no_grad()
 def predict(model, loader: Iterable, device: str) -> Predictions:
     model.eval()
@@ -208,9 +214,13 @@ def train(
             summed = torch.tensor(losses, dtype=torch.float64, device=device)
             torch.distributed.all_reduce(summed)
             losses = summed.tolist()
+        # the work between epochs shows on a bar of its own (it can take as long as the epoch)
         if "calibrate" in loaders:
-            recalibrate_batchnorm(model, loaders["calibrate"], device)
-        val = evaluate(model, task, loaders["val"], device, loaders.get("probe"))
+            recalibrate_batchnorm(model, _stage(loaders["calibrate"], f"epoch {epoch + 1}: batch-norm statistics",
+                                                config), device)
+        val_loader = loaders["val"] if task.outputs_weights else _stage(loaders["val"],
+                                                                        f"epoch {epoch + 1}: validation", config)
+        val = evaluate(model, task, val_loader, device, loaders.get("probe"))
         history.append({"epoch": epoch, "train_loss": float(np.mean(losses)), **{f"val_{k}": v for k, v in val.items()}})
         best = done["best"]
         if task.better(val[task.metric], None if best is None else best[task.metric]):

@@ -5,7 +5,9 @@ the driver's machine. Where the store is behind a URL that every machine reaches
 or ``file://`` on a shared file system), the task writes its chunk there itself; where the store
 is a local folder, which may exist only on the driver's machine, it hands the chunk back and the
 driver writes it. Either way the task returns its train networks' moments, from which the driver
-reduces the statistics without reading the chunk again.
+reduces the statistics without reading the chunk again. A task that makes several chunks (a job of
+several, :mod:`zoo.generate.executors`) finishes each of them on its own, in chunk order, and returns
+the list of their results.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ kinds without trajectories) one after the other: network index = position in the
 holds whole runs (the asked ``--chunk-size`` is rounded down to a multiple of the checkpoints per
 run), so a resume retrains exactly the runs of the missing chunks, and every run's networks depend
 on ``(seed, run)`` alone: not on the chunking, the workers, or the runs trained beside it.
+
+Jobs. On a GPU one job trains the runs of several consecutive missing chunks as one group (as many
+chunks as the trainer's GPU memory budget, :func:`zoo.train.trainer.default_group`, holds), then
+splits the checkpoints into one result per chunk; on a CPU a job is one chunk (its trainer groups
+hold a few networks, so a chunk already fills them). See :meth:`ClassifierRecipe.chunks_per_job`.
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ from ..train.data import ClassifierData, classifier_data, input_manifest
 from ..train.mlp import ACTIVATIONS, MlpSpec, init_bound
 from ..train.runs import Diversity, RunSettings, draw_run
 from ..train.schedule import TrainSchedule
-from ..train.trainer import class_counts, host_arrays, train_runs
+from ..train.trainer import class_counts, default_group, host_arrays, train_runs
 from ..train.evaluate import TIE_MARGIN
 from .chunk import ChunkTarget, finish_chunk
 from .plan import limited_counts
-from .recipe import Layout, Recipe, refuse_options
+from .recipe import Layout, Recipe, forced_job_chunks, refuse_options
 
 INR_OPTIONS = {  # options of INR kinds, at their defaults
     "views": 1, "init": "siren", "psnr_stop": None, "no_early_stop": False, "compile": False,
@@ -114,13 +119,16 @@ class ClassifierRecipe(Recipe):
             self.runs += [draw_run(self.opts.seed, r, num_classes, kind.classes_per_run, schedule.lr, self.diversity)
                           for r in range(first, first + counts[split])]
             first += kind.splits[split]
-        steps = [schedule.checkpoint_steps(schedule.total_steps(n)) for n in class_counts(data.train_labels, self.runs)]
+        totals = [schedule.total_steps(n) for n in class_counts(data.train_labels, self.runs)]
+        steps = [schedule.checkpoint_steps(t) for t in totals]
         per_run = {len(s) for s in steps}
         if len(per_run) > 1:
             raise ValueError(f"runs of {kind.name} take different numbers of steps (their classes have different "
                              f"numbers of images), so their trajectories differ in length; store trajectories "
                              f"with a fixed --steps")
         self.checkpoints = per_run.pop()
+        self.max_steps = max(totals, default=0)
+        self.runs_per_chunk = max(1, self.opts.chunk_size // self.checkpoints)
         for split in SPLITS:
             splits[split] = {"start": start, "count": counts[split] * self.checkpoints, "runs": counts[split]}
             start += counts[split] * self.checkpoints
@@ -134,7 +142,7 @@ class ClassifierRecipe(Recipe):
         })
         return Layout(
             num_networks=start, splits=splits,
-            chunk_size=max(1, self.opts.chunk_size // self.checkpoints) * self.checkpoints,
+            chunk_size=self.runs_per_chunk * self.checkpoints,
             metadata={
                 "kind": kind.name,
                 "description": kind.description,
@@ -163,12 +171,32 @@ class ClassifierRecipe(Recipe):
         self.data.key  # hash the images once here rather than in every task
         self.shared_data = executor.share(self.data)
 
-    def job(self, target: ChunkTarget, device: str) -> dict:
-        start, stop = target.start, target.stop
+    def chunks_per_job(self, device: str, workers: int) -> int:
+        """On a GPU: as many chunks as the runs of one trainer group (:func:`default_group`: half
+        the GPU's free memory, shared by the ``workers`` tasks on it; ``group`` where given) fill;
+        on a CPU one (a trainer group is a few networks there, and a chunk already holds several
+        groups). ``$ZOO_JOB_CHUNKS`` forces a number (tests, benchmarks)."""
+        forced = forced_job_chunks()
+        if forced is not None:
+            return forced
+        if not device.startswith("cuda"):
+            return 1
+        if self.opts.group:
+            group = self.opts.group
+        else:
+            group = default_group(self.schedule, self.data.input_size, device, self.spec, self.max_steps,
+                                  self.checkpoints) // max(1, workers)
+        return max(1, group // self.runs_per_chunk)
+
+    def job(self, target: ChunkTarget | list[ChunkTarget], device: str) -> dict:
+        runs, columns = [], {k: [] for k in self.columns}
+        for t in target if isinstance(target, list) else [target]:  # a job of several chunks: theirs, in order
+            runs += self.runs[t.start // self.checkpoints : t.stop // self.checkpoints]
+            for k, v in self.columns.items():
+                columns[k] += v[t.start : t.stop]
         return {
             "target": target, "widths": self.kind.widths, "schedule": self.schedule,
-            "runs": self.runs[start // self.checkpoints : stop // self.checkpoints], "data": self.shared_data,
-            "columns": {k: v[start:stop] for k, v in self.columns.items()}, "device": device,
+            "runs": runs, "data": self.shared_data, "columns": columns, "device": device,
             "threads": None if device.startswith("cuda") else 1, "group": self.opts.group,
         }
 
@@ -190,21 +218,45 @@ class ClassifierRecipe(Recipe):
         return {"training": {"diverged_runs": diverged, "diverged_networks": int((status != "ok").sum())}}
 
 
-def train_chunk(target: ChunkTarget, widths, schedule: TrainSchedule, runs: list[RunSettings],
+def train_chunk(target: ChunkTarget | list[ChunkTarget], widths, schedule: TrainSchedule, runs: list[RunSettings],
                 data: ClassifierData, columns: dict[str, list], device: str = "cpu", threads: int | None = 1,
-                group: int | None = None, progress=None) -> dict:
+                group: int | None = None, progress=None) -> dict | list[dict]:
     """Train ``runs`` and store or return their checkpoints as chunk ``target`` (``progress(fraction)``
-    after every step, in-process only)."""
+    after every step, in-process only). ``target`` a list of chunks (a job of several): ``runs`` and
+    ``columns`` are theirs in chunk order, trained together (:func:`train_runs` groups them as it
+    would one chunk's: the networks are the same bit for bit), and the result is the list of the
+    chunks' results, in order, each finished (moments, and written where the task writes) on its own."""
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
+    targets = target if isinstance(target, list) else [target]
     spec = MlpSpec(tuple(widths))
-    weights, biases = host_arrays(spec, target.stop - target.start, device)  # the chunk's arrays, filled in place
+    sizes = [t.stop - t.start for t in targets]
+    weights, biases = host_arrays(spec, sum(sizes), device)  # the job's arrays, filled in place
     results = train_runs(spec, data, runs, schedule, device=device, group=group, progress=progress,
                          out=(weights, biases))
-    params = {}
-    for m in range(spec.num_layers):
-        params[weight_name(m + 1)], params[bias_name(m + 1)] = weights[m], biases[m]
+    made, first, row = [], 0, 0
+    for t, size in zip(targets, sizes):  # each chunk: its rows of the arrays, its runs, its columns
+        last, rows = first, 0
+        while rows < size:
+            rows += len(results[last].steps)
+            last += 1
+        if rows != size:
+            raise ValueError(f"chunk {t.chunk} holds {size} networks, its runs have {rows} checkpoints")
+        params = {}
+        for m in range(spec.num_layers):
+            params[weight_name(m + 1)] = weights[m][row : row + size]
+            params[bias_name(m + 1)] = biases[m][row : row + size]
+        chunk_columns = {k: v[row : row + size] for k, v in columns.items()} if len(targets) > 1 else columns
+        seconds = (time.perf_counter() - t0) * size / sum(sizes)  # a job's time, shared by its networks
+        made.append(_finish_chunk(t, params, results[first:last], chunk_columns, seconds))
+        first, row = last, row + size
+    return made if isinstance(target, list) else made[0]
+
+
+def _finish_chunk(target: ChunkTarget, params: dict[str, np.ndarray], results, columns: dict[str, list],
+                  seconds: float) -> dict:
+    """One chunk's rows from its runs' checkpoints, then :func:`finish_chunk`."""
     accuracy = np.concatenate([r.test_accuracy for r in results])
     loss = np.concatenate([r.train_loss for r in results])
     status = [r.status(c) for r in results for c in range(len(r.steps))]
@@ -216,7 +268,7 @@ def train_chunk(target: ChunkTarget, widths, schedule: TrainSchedule, runs: list
         "diverged_at": pa.array([r.diverged_at for r in results for _ in r.steps], pa.int64()),
     })
     finals = [r.test_accuracy[-1] for r in results if r.diverged_at is None]
-    return finish_chunk(target, params, rows, seconds=time.perf_counter() - t0,
+    return finish_chunk(target, params, rows, seconds=seconds,
                         accuracy_mean=float(np.mean(finals)) if finals else float("nan"),
                         diverged_runs=[r.run.run for r in results if r.diverged_at is not None])
 

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..devices import resolve_device
-from ..options import MIN_SELECTION_NETWORKS, require_at_least, require_positive, settings_diff
+from ..options import (MIN_SELECTION_NETWORKS, MIN_SELECTION_RUNS, plural, require_at_least, require_positive,
+                       require_writable_folder, settings_diff)
 from ..sources import get_source
 from ..store.format import MANIFEST, SPLITS, STATUS_COMPLETE, DamagedStoreError, StoreError
-from ..store.location import UrlRoot, store_root
+from ..store.location import UrlRoot, is_empty, store_root
 from ..store.manifest import read_manifest
 from ..store.stats import Moments, TrainMoments, reduce_moments, write_stats
 from ..store.verify import verify_store
@@ -40,7 +41,7 @@ from ..store.writer import (
 )
 from .chunk import ChunkTarget
 from .command import command_line
-from .executors import make_executor, uses_ray
+from .executors import host_memory_available, job_size, make_executor, split_jobs, uses_ray
 from .kinds import KINDS, get_kind
 from .progress import GenerateProgress
 from .writeback import ChunkWriter, write_depth
@@ -122,6 +123,7 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         manifest = read_manifest(out)
         refuse_unmakeable(out, manifest)
     check_options(opts)
+    check_out(out, manifest if resuming else None)
     recipe = kind.recipe(opts)
     if isinstance(out, UrlRoot) and out.protocol == "memory" and uses_ray(opts.workers, opts.address, opts.use_ray):
         raise StoreError(f"{out}: a memory:// store lives in this process, where Ray's workers cannot write; "
@@ -140,6 +142,7 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         if manifest["status"] == STATUS_COMPLETE and not found.damaged:
             log(f"{out} is already complete ({manifest['num_networks']} networks)")
             return manifest
+        require_writable_folder("--out", out)  # a damaged complete store is repaired in place
 
     source = get_source(recipe.dataset, root=opts.data_root, download=opts.download, **(opts.source_options or {}))
     layout = recipe.plan(source)
@@ -185,16 +188,36 @@ def check_same_splits(out, manifest: dict, layout) -> None:
                      f"--limit N follows the kind's paper splits); use another --out")
 
 
+def check_out(out, manifest: dict | None) -> None:
+    """Before any work: refuse an ``--out`` that cannot hold the store (a file, a read-only folder, a
+    folder of other files). A complete store is left to its verification (a rerun only reads it)."""
+    if manifest is not None and manifest.get("status") == STATUS_COMPLETE:
+        return
+    require_writable_folder("--out", out)
+    if manifest is None and not is_empty(out):
+        raise StoreError(f"{out} exists and is not empty (and is not a weight store); choose a new --out folder")
+
+
 def warn_small_splits(splits: dict, log) -> None:
-    """A line for a val split too small to select on, or a split left empty (the store is still made)."""
+    """A line for a val split too small to select on, or a split left empty (the store is still made).
+    Classifier zoos count their val split by runs (a run's checkpoints are alike), INR zoos by networks."""
     empty = [s for s in SPLITS if splits[s]["count"] == 0]
+    val = splits["val"]
     if empty:
         log(f"warning: no {' or '.join(empty)} networks ({_split_counts(splits)}): zoo train needs networks in "
             f"every split")
-    elif splits["val"]["count"] < MIN_SELECTION_NETWORKS:
-        log(f"warning: the val split has only {splits['val']['count']} networks ({_split_counts(splits)}): zoo train "
-            f"chooses its learning rate and best epoch on them; {MIN_SELECTION_NETWORKS} or more are better "
+    elif val.get("runs") is not None and val["runs"] < MIN_SELECTION_RUNS:
+        log(f"warning: the val split has only {plural(val['runs'], 'run')} ({_split_runs(splits)}): zoo train "
+            f"chooses its learning rate and best epoch on its checkpoints, which are alike within a run; "
+            f"{MIN_SELECTION_RUNS} or more runs are better (a larger --limit, or --limit train=N,val=N,test=N)")
+    elif val["count"] < MIN_SELECTION_NETWORKS:
+        log(f"warning: the val split has only {plural(val['count'], 'network')} ({_split_counts(splits)}): zoo "
+            f"train chooses its learning rate and best epoch on them; {MIN_SELECTION_NETWORKS} or more are better "
             f"(a larger --limit, or --limit train=N,val=N,test=N)")
+
+
+def _split_runs(splits: dict) -> str:
+    return " / ".join(f"{s} {splits[s]['runs']}" for s in SPLITS) + " runs"
 
 
 def _verify_stored(out, manifest: dict, progress: bool):
@@ -229,15 +252,22 @@ def _statistics(manifest: dict, moments: dict[int, TrainMoments], log) -> Moment
 
 def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool) -> dict[int, TrainMoments]:
     """Make the chunks ``todo``; a chunk is listed complete once its data and fragment are stored
-    (by its task where the store is a URL, else by the background writer while the next chunk is
-    made: :mod:`zoo.generate.writeback`). Returns their train moments."""
+    (by its task where the store is a URL, else by the background writer while the next job runs:
+    :mod:`zoo.generate.writeback`). A job makes one chunk or several consecutive ones
+    (:mod:`zoo.generate.executors`: the recipe's wish, capped) and returns one result per chunk,
+    each written and listed on its own, so an interrupted job leaves whole chunks listed and the
+    rest to remake. Returns the chunks' train moments."""
     layout, url = chunk_layout(manifest), (str(out) if isinstance(out, UrlRoot) else None)
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
     in_process = executor.name == "local"
+    workers = 1 if in_process else getattr(executor, "workers", 1)
     chunk_bytes = 4 * manifest["chunk_size"] * sum(int(np.prod(s)) for s in manifest["parameters"].values())
-    depth = write_depth(chunk_bytes, in_process)
+    per_job = job_size(recipe.chunks_per_job(device, workers), len(todo), workers, chunk_bytes,
+                       host_memory_available())
+    jobs = split_jobs(todo, per_job)
+    depth = write_depth(chunk_bytes, in_process, per_job)
     bar = GenerateProgress(manifest["num_networks"], done, f"{recipe.verb} {manifest['kind']}", enabled=progress,
-                           chunks_left=len(todo), workers=None if in_process else getattr(executor, "workers", 1))
+                           chunks_left=len(todo), workers=None if in_process else workers * per_job)
     bar_lock = threading.Lock()  # the bar moves from the chunk being made and from the writer
     moments = {}
 
@@ -257,27 +287,35 @@ def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool) 
 
     writer = ChunkWriter(store, depth)
 
-    def reporter(chunk: int, networks: int):
-        report = bar.reporter(chunk, networks)
+    def reporter(targets: list[ChunkTarget]):
+        reports = [bar.reporter(t.chunk, t.stop - t.start) for t in targets]  # a job's chunks move together
 
         def progress(fraction: float) -> None:
-            writer.check()  # a failed write stops the chunk being made, not only the next one
+            writer.check()  # a failed write stops the job being made, not only the next one
             with bar_lock:
-                report(fraction)
+                for report in reports:
+                    report(fraction)
         return progress
 
-    def job(chunk: int) -> dict:
+    def target(chunk: int) -> ChunkTarget:
         start, stop = chunk_bounds(manifest, chunk)
-        kwargs = recipe.job(ChunkTarget(chunk, start, stop, train_stop(manifest), layout, url), device)
+        return ChunkTarget(chunk, start, stop, train_stop(manifest), layout, url)
+
+    def job(chunks: list[int]) -> dict:
+        targets = [target(c) for c in chunks]
+        kwargs = recipe.job(targets[0] if len(targets) == 1 else targets, device)
         if in_process and progress:  # a callable cannot travel to a Ray task; there the bar ticks instead
-            kwargs["progress"] = reporter(chunk, stop - start)
+            kwargs["progress"] = reporter(targets)
         return kwargs
 
     try:
-        results = executor.map_unordered(recipe.work, (job(c) for c in todo))
+        results = executor.map_unordered(recipe.work, (job(chunks) for chunks in jobs))
         try:
-            for result in results:
-                writer.put(result)  # blocks while the writer holds its limit; raises its error
+            for made in results:
+                made = [made] if isinstance(made, dict) else list(made)  # one result per chunk
+                made.reverse()
+                while made:  # handed over one by one, each result released once written
+                    writer.put(made.pop())  # blocks while the writer holds its limit; raises its error
             writer.close()  # every chunk written and listed, or the writer's error
         except BaseException:
             writer.stop()  # the chunks already made are still written (a second Ctrl-C abandons them)

@@ -29,7 +29,11 @@ both threads then mostly run Python, taking the GIL by turns: measured on 2 core
 of 32-64 small SIRENs), the background writer made the chunk phase 0.6x-1.75x the synchronous
 time from run to run, while chunks of tens of MB or more, whose writing is I/O that releases the
 GIL, overlap as intended.
-Ray runs always write in the background (the driver only waits for results).
+Ray runs always write in the background (the driver only waits for results). Where a job makes
+several chunks at once (:mod:`zoo.generate.executors`), the background writer holds up to a whole
+job's chunks (depth ``max(2, chunks per job)``), so the next job starts while the last one's chunks
+are written; the job's chunks already share one host buffer, so this costs no memory beyond the
+job's own, and :func:`zoo.generate.executors.job_size` bounds the two jobs' worth by the host memory.
 ``ZOO_WRITE_QUEUE=N`` forces the depth N for every run (tests and benchmarks; 0: synchronous).
 """
 
@@ -48,14 +52,14 @@ DEFAULT_DEPTH = 2
 MIN_BACKGROUND_BYTES = 16 << 20
 
 
-def write_depth(chunk_bytes: int | None = None, in_process: bool = True) -> int:
-    """The depth ``zoo generate`` uses for chunks of ``chunk_bytes`` array bytes (None: large):
-    ``$ZOO_WRITE_QUEUE`` where set, else 0 for small chunks made in this process, else
-    :data:`DEFAULT_DEPTH`."""
+def write_depth(chunk_bytes: int | None = None, in_process: bool = True, chunks_per_job: int = 1) -> int:
+    """The depth ``zoo generate`` uses for chunks of ``chunk_bytes`` array bytes (None: large), made
+    ``chunks_per_job`` at a time: ``$ZOO_WRITE_QUEUE`` where set, else 0 for small chunks made in
+    this process, else :data:`DEFAULT_DEPTH` or a whole job's chunks if more."""
     value = os.environ.get(DEPTH_VARIABLE, "").strip()
     if not value:
         small = chunk_bytes is not None and chunk_bytes < MIN_BACKGROUND_BYTES
-        return 0 if in_process and small else DEFAULT_DEPTH
+        return 0 if in_process and small else max(DEFAULT_DEPTH, chunks_per_job)
     try:
         depth = int(value)
     except ValueError:

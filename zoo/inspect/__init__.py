@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..options import require_writable_file
 from ..store import WeightStore
 from ..store.format import STATUS_COMPLETE
 from ..store.manifest import read_manifest
@@ -22,19 +23,22 @@ def summary(store: WeightStore) -> str:
 
 
 def describe(root) -> str:
-    """``zoo info``: the summary of a finished store, or how far an unfinished one got."""
+    """``zoo info``: the summary of a finished store, or how far an unfinished one got. ``complete``
+    says every chunk was written; whether its bytes are still those written is ``zoo verify``'s
+    to say (a full read), hence the last line."""
     if read_manifest(root).get("status") != STATUS_COMPLETE:
         return progress_summary(WeightStore(root, require_complete=False))
-    return summary(WeightStore(root))
+    return (summary(WeightStore(root)) + f"\nintegrity  not checked here (info reads the manifest and the table); "
+            f"`zoo verify {root}` reads every chunk against its checksum")
 
 
 def check_figure_path(out) -> Path:
-    """ValueError for a figure path matplotlib cannot write: a missing folder, an unknown format."""
+    """ValueError for a figure path that cannot be written: a missing or read-only folder, a folder
+    given as the file, an unknown format (before the store is read)."""
     from matplotlib.figure import Figure
 
     out = Path(out)
-    if not out.parent.is_dir():
-        raise ValueError(f"--out {out}: the folder {out.parent} does not exist (create it first)")
+    require_writable_file("--out", out)
     formats = Figure().canvas.get_supported_filetypes()
     if out.suffix.lstrip(".").lower() not in formats:
         raise ValueError(f"--out {out}: give the file one of the extensions {', '.join(sorted(formats))}")

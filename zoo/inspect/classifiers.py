@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..options import plural
 from .figures import save_figure
 from .format import percentiles, shown
 from ..store import WeightStore
@@ -48,7 +49,7 @@ def summary(store: WeightStore) -> str:
     images = m["source"].get("images", {})
     ok = ~np.isnan(cols["accuracy"])
     final = _finals(cols)
-    length = f"{train['steps']} steps" if train.get("steps") else f"{train['epochs']} epoch(s)"
+    length = f"{train['steps']} steps" if train.get("steps") else plural(train['epochs'], 'epoch')
     every = f", a checkpoint every {train['checkpoint_every']} steps" if train.get("checkpoint_every") else ""
     lines = [
         f"store      {store.root}  (format v{m['format_version']}, {m['status']})",
@@ -58,9 +59,9 @@ def summary(store: WeightStore) -> str:
         f"arch       {' -> '.join(map(str, arch['widths']))}  MLP, activation {arch['activation']}",
         f"training   Adam lr {train['lr']:g}, batch {train['batch_size']}, {length}{every}"
         + (", hyperparameters sampled per run" if gen.get("diversity") else ""),
-        f"networks   {m['num_networks']} in {m['num_chunks']} chunk(s) of {m['chunk_size']}: "
-        f"{runs} run(s) x {per_run} checkpoint(s)",
-        "splits     " + ", ".join(f"{s} {v['count']} ({v['runs']} runs)" for s, v in m["splits"].items()),
+        f"networks   {m['num_networks']} in {plural(m['num_chunks'], 'chunk')} of {m['chunk_size']}: "
+        f"{plural(runs, 'run')} x {plural(per_run, 'checkpoint')}",
+        "splits     " + ", ".join(f"{s} {v['count']} ({plural(v['runs'], 'run')})" for s, v in m["splits"].items()),
         "test acc   " + percentiles(cols["accuracy"][ok], 3) + ("  (all checkpoints)" if per_run > 1 else ""),
     ]
     if per_run > 1:
@@ -74,7 +75,7 @@ def summary(store: WeightStore) -> str:
         lines.append(f"classes    {len(pairs)} class sets of {len(next(iter(pairs)))}, "
                      f"{per_pair.min()}-{per_pair.max()} runs each")
     diverged = sorted(set(cols["run"][cols["status"] != "ok"].tolist()))
-    lines.append("status     " + (f"{len(diverged)} run(s) diverged: {diverged[:10]}" if diverged
+    lines.append("status     " + (f"{plural(len(diverged), 'run')} diverged: {diverged[:10]}" if diverged
                                   else "every run trained with finite losses"))
     lines.append(f"disk       {store.size_on_disk() / 2**20:.1f} MiB")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from ..fit.siren import SirenSpec, forward
 from ..sources.grids import image_grid, sine_grid
 from ..store import WeightStore
 from ..store.format import layers_from_arrays
+from ..options import plural
 from .figures import save_figure
 from .format import percentiles, shown
 
@@ -29,9 +30,10 @@ def summary(store: WeightStore) -> str:
     lines = [
         f"store      {store.root}  (format v{m['format_version']}, {m['status']})",
         f"kind       {m['kind']}: {m.get('description', '')}",
-        f"source     {m['source'].get('source')}  ({m['generation']['views']} view(s) per item, seed {m['generation']['seed']})",
+        f"source     {m['source'].get('source')}  ({plural(m['generation']['views'], 'view')} per item, "
+        f"seed {m['generation']['seed']})",
         f"arch       {' -> '.join(map(str, arch['widths']))}  {arch['activation']}, w0 {arch['w0_per_layer']}, init {arch['init']}",
-        f"networks   {m['num_networks']} in {m['num_chunks']} chunk(s) of {m['chunk_size']}",
+        f"networks   {m['num_networks']} in {plural(m['num_chunks'], 'chunk')} of {m['chunk_size']}",
         "splits     " + ", ".join(f"{s} {v['count']}" for s, v in m["splits"].items()),
         "psnr (dB)  " + percentiles(psnr, 2),
         f"steps      mean {steps.mean():.0f}, early-stopped {np.mean(steps < m['generation']['fit']['steps']) * 100:.1f}%"

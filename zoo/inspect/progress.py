@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..options import plural
 from ..store.format import SPLITS, fragment_name
 from ..store.location import UrlRoot
 from ..store.reader import WeightStore
@@ -42,7 +43,8 @@ def progress_summary(store: WeightStore) -> str:
         "splits     " + ", ".join(f"{s} {int(made[_split_slice(m, s)].sum())}/{m['splits'][s]['count']}"
                                   for s in SPLITS if s in m["splits"]),
         f"{label:<10} " + percentiles(values, digits) + "  (networks written so far)",
-        f"left       {left} chunk(s), {total - count} networks, then the rows table and the statistics; "
+        f"left       {plural(left, 'chunk')}, {plural(total - count, 'network')}, then the rows table and the "
+        f"statistics; "
         f"{_last_write(store)}",
         "           rerun the same `zoo generate` command to finish it (it makes only what is left); "
         "training and `zoo show` need the finished store",

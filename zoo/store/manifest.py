@@ -8,6 +8,7 @@ so a bit flip that keeps the file valid JSON is caught like one in a chunk.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from .checksum import crc32c
 from .format import FORMAT_NAME, FORMAT_VERSION, MANIFEST, DamagedStoreError, StoreError, StoreVersionError
@@ -26,6 +27,9 @@ def read_manifest(root) -> dict:
     and its checksum."""
     path = store_root(root) / MANIFEST
     if not path.exists():
+        store = enclosing_store(root)
+        if store is not None:
+            raise StoreError(f"{root} is a folder inside the weight store {store}, not a store itself: pass {store}")
         raise StoreError(
             f"{root} is not a weight store: {MANIFEST} is missing "
             f"(was the generation started? `zoo generate ... --out {root}` creates it)"
@@ -54,6 +58,26 @@ def read_manifest(root) -> dict:
             f"store is damaged: restore {MANIFEST} from a copy, or regenerate the store into a new --out"
         )
     return manifest
+
+
+def enclosing_store(root, levels: int = 3):
+    """The store ``root`` lies inside (its ``arrays/``, ``arrays/W1``, ``fragments/``, ...): the nearest
+    of its ``levels`` parents that holds a manifest, or None."""
+    root = store_root(root)
+    parent = root
+    for _ in range(levels):
+        if isinstance(parent, Path):
+            parent = parent.resolve().parent if parent.parent == parent else parent.parent
+        else:
+            url = parent.url.rsplit("/", 1)[0]
+            if "://" not in url or url.endswith(":/"):
+                return None
+            parent = store_root(url)
+        if (parent / MANIFEST).exists():
+            return parent
+        if isinstance(parent, Path) and parent.parent == parent:
+            return None
+    return None
 
 
 def write_manifest(root, manifest: dict) -> None:
