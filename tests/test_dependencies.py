@@ -207,3 +207,18 @@ def test_the_lock_pins_torchs_cpu_build_and_no_cuda_package():
     cuda = sorted(name for name in pins if name.startswith(("nvidia-", "cuda-")))
     assert not cuda, f"CUDA packages in the lock (torch's CUDA build?): {cuda}"
     assert "make lock" in LOCK.read_text().splitlines()[1]  # the header says how to regenerate it
+
+
+def test_make_demo_installs_the_project_without_the_dev_extra():
+    """``make demo`` installs what the demo runs, not the dev extra (pytest, moto, s3fs, boto3, triton:
+    the packages that made pip's resolver backtrack for minutes); ``make test`` installs the dev extra."""
+    makefile = (ROOT / "Makefile").read_text()
+    demo_prerequisite = re.search(r"^demo: (\S+)", makefile, re.M).group(1)
+    test_prerequisite = re.search(r"^test: (\S+)", makefile, re.M).group(1)
+
+    def recipe(target: str) -> str:
+        return re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+
+    assert "-e ." in recipe(demo_prerequisite) and "[dev]" not in recipe(demo_prerequisite)
+    assert '-e ".[dev]"' in recipe(test_prerequisite)
+    assert "-c constraints.txt" in recipe(demo_prerequisite) and "-c constraints.txt" in recipe(test_prerequisite)
