@@ -220,6 +220,24 @@ def info(store):
     click.echo(describe(store))
 
 
+@main.command(short_help="Print a store's dataset card (README.md): what it is, how it was made, how to load and "
+                         "cite it.",
+              epilog=_examples("zoo card stores/mnist", "zoo card s3://lab/zoos/mnist > MNIST-ZOO.md"))
+@click.argument("store", type=STORE)
+def card(store):
+    """Print the store's README.md, written when the store was finished: the zoo, the command and package
+    versions that made it, the network, the data and its license, splits and PSNR or accuracy percentiles,
+    checksums and content ID, loading snippets, citation. A store without one (made before cards existed)
+    gets one made now from its manifest, and a note on stderr that it is not stored."""
+    from zoo.store.card import CARD, read_card
+
+    text, stored = read_card(store)
+    if not stored:
+        click.echo(f"note: {store} has no {CARD} (made before dataset cards); this card is generated now from "
+                   f"its manifest and is not stored in it", err=True)
+    click.echo(text, nl=False)
+
+
 @main.command(short_help="Check every chunk, file and statistic of a store against its checksums; names the repair.",
               epilog=_examples("zoo verify stores/mnist", "zoo verify s3://lab/zoos/mnist --no-recompute"))
 @click.argument("store", type=STORE)

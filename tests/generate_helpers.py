@@ -65,11 +65,14 @@ def assert_identical_stores(a, b) -> None:
 
 
 def replace_networks_table(root: Path, table) -> None:
-    """Rewrite a store's ``networks.parquet`` as the writer writes it: its checksum recorded in the manifest
-    (a test's edited table, e.g. rows marked diverged or holes in a target, read back as a sound store)."""
+    """Rewrite a store's ``networks.parquet`` as the writer writes it: its checksum and the content ID recorded in the
+    manifest (a test's edited table, e.g. rows marked diverged or holes in a target, read back as a sound store)."""
+    from zoo.store.identity import KEY, content_id
     from zoo.store.manifest import read_manifest, write_manifest
     from zoo.store.writer import write_table
 
     manifest = read_manifest(root)
     manifest["checksums"]["files"]["networks.parquet"] = write_table(table, Path(root) / "networks.parquet")
+    if KEY in manifest:  # the content ID follows the table, as the writer's finalize records it
+        manifest[KEY] = content_id(root, manifest)
     write_manifest(root, manifest)

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("zoo.inspect",),  # `zoo info` / `zoo show`
     ("dws.weightspace",),  # the weight-space value and its symmetry group
     ("dws.stream",),  # stores -> batches of weight spaces (normalization, augmentation)
-    ("dws.nn", "dws"),  # DWSNet layers and models (`dws` re-exports them)
+    ("dws.nn", "dws", "dws.nfn"),  # DWSNet layers and models (`dws` re-exports them); NFN-NP/HNP beside them
     ("dws.baselines",),  # the paper's baselines (alignment derives its training store)
     ("dws.tasks",),  # training and evaluation on stores: options, tasks, run directories, launching
     ("pipelines",),  # one command per paper result

@@ -1,5 +1,6 @@
-"""Models by name for ``zoo train``: DWSNet and the baselines, sized to the same capacity, and the
-optional hooks through which a model asks for its inputs to be transformed.
+"""Models by name for ``zoo train``: DWSNet, the baselines and the NFNs (``nfn-np``, ``nfn-hnp``,
+:mod:`dws.nfn`), sized to the same capacity, and the optional hooks through which a model asks for
+its inputs to be transformed.
 
 The paper sizes every baseline to the DWSNet's parameter count; ``build_model`` does the same
 (the DWSNet is built first, then each baseline is sized to its count). With ``equivariant=True``
@@ -28,13 +29,16 @@ import torch
 from torch import nn
 
 from dws.baselines import BASELINES, build_baseline, count_params
+from dws.baselines.sizing import size_to_params
+from dws.nfn import NFNInvariant
+from dws.nfn.models import paper_ratios
 from dws.nn import DWSNetEquivariant, DWSNetInvariant
 from dws.nn.fast import accelerate
 from dws.weightspace import WeightSpace
 from zoo.store import WeightStore
 
 from .adaptation import OUTPUT_INIT_SCALE, ResidualAdapter, small_output
-from .options import ADAPT_MODELS
+from .options import ADAPT_MODELS, NFN_MODELS
 
 
 MAX_PARAMS = 200_000_000  # ~0.8 GB of float32 parameters, ~3 GB with gradients and AdamW's moments
@@ -59,8 +63,8 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
     output is a residual weight space (``--task adapt``). ``target_scale`` (``[means, stds]``, one per
     output): the model's outputs are read as standardized targets (:class:`TargetScale`).
     """
-    if name != "dwsnet" and name not in BASELINES:
-        raise ValueError(f"unknown model {name!r}; choose from dwsnet, {', '.join(BASELINES)}")
+    if name != "dwsnet" and name not in BASELINES and name not in NFN_MODELS:
+        raise ValueError(f"unknown model {name!r}; choose from dwsnet, {', '.join(BASELINES + NFN_MODELS)}")
     if equivariant and name not in ADAPT_MODELS:
         raise ValueError(f"{name} outputs a vector, not a weight space; choose from {', '.join(ADAPT_MODELS)}")
     kwargs = dwsnet_kwargs(hidden_channels, num_layers, dropout, bn, blocks, pool, input_reduction)
@@ -80,6 +84,12 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
                          f"have {target:,} parameters (more than {MAX_PARAMS:,}){hint}")
     if name == "dwsnet":
         model, desc = accelerate(dwsnet(), backend), {"model": name, "params": target}
+    elif name in NFN_MODELS:  # the reference classifier's proportions, its channels sized to the DWSNet
+        mode = name.removeprefix("nfn-")
+        model, params = size_to_params(
+            lambda channels: NFNInvariant(widths, out_features, mode=mode, dropout=dropout, **paper_ratios(channels)),
+            target, width_arg="channels", hi=1024, rtol=params_rtol)
+        desc = {"model": name, "params": params, "sized_to": target}
     else:
         model = build_baseline(name, widths, None if equivariant else out_features, target_params=target,
                                params_rtol=params_rtol, dropout=dropout,

@@ -15,7 +15,9 @@ from zoo.options import require_at_least, require_positive
 
 # the models and tasks `zoo train` offers; dws.tasks.models and dws.tasks.objectives build them
 # (tests/test_train.py checks that the three agree)
-MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer", "stats")
+MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer", "stats", "nfn-np", "nfn-hnp")
+# Zhou et al.'s neural functionals (dws/nfn), sized to the DWSNet like the baselines; invariant only for now
+NFN_MODELS = ("nfn-np", "nfn-hnp")
 TASKS = ("classify", "regress", "ssl", "adapt")
 ADAPT_MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align")  # the models whose output can be a weight space
 # the DWSNet's size when --hidden-channels / --input-reduction are not given: the INR classifier's

@@ -23,7 +23,7 @@ from ..options import (MIN_SELECTION_NETWORKS, MIN_SELECTION_RUNS, plural, requi
 from ..sources import get_source
 from ..store.format import MANIFEST, SPLITS, STATUS_COMPLETE, DamagedStoreError, StoreError
 from ..store.location import UrlRoot, is_empty, store_root
-from ..store.manifest import read_manifest
+from ..store.manifest import read_manifest, software_versions
 from ..store.stats import Moments, TrainMoments, reduce_moments, write_stats
 from ..store.verify import verify_store
 from ..store.writer import (
@@ -31,7 +31,6 @@ from ..store.writer import (
     chunk_layout,
     consolidate_rows,
     create_store,
-    finalize,
     mark_chunks_complete,
     missing_chunks,
     reopen_chunks,
@@ -39,6 +38,8 @@ from ..store.writer import (
     train_stop,
     write_chunk,
 )
+from ..store.card import CARD, write_card
+from ..store.finish import finish
 from .chunk import ChunkTarget
 from .command import command_line
 from .executors import host_memory_available, job_size, make_executor, split_jobs, uses_ray
@@ -140,6 +141,11 @@ def generate(opts: GenerateOptions, log=print) -> dict:
             )
         found = _verify_stored(out, manifest, opts.progress)
         if manifest["status"] == STATUS_COMPLETE and not found.damaged:
+            if not (out / CARD).exists():  # interrupted between the manifest and the card
+                try:
+                    write_card(out)
+                except (OSError, StoreError):  # a read-only copy: `zoo card` makes it on the fly
+                    pass
             log(f"{out} is already complete ({manifest['num_networks']} networks)")
             return manifest
         require_writable_folder("--out", out)  # a damaged complete store is repaired in place
@@ -150,7 +156,8 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         warn_small_splits(layout.splits, log)
         manifest = create_store(out, widths=kind.widths, num_networks=layout.num_networks,
                                 chunk_size=layout.chunk_size, splits=layout.splits,
-                                metadata={**layout.metadata, "command": command_line(opts)})
+                                metadata={**layout.metadata, "command": command_line(opts),
+                                          "software": software_versions()})
     else:
         check_same_splits(out, manifest, layout)  # before anything of the store is reopened
         manifest, known = _reopen_damaged(out, manifest, found, recipe.verb, log)
@@ -167,7 +174,7 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         table = consolidate_rows(out, manifest)
         moments = _statistics(manifest, known, log)
         extra = recipe.report(table, log)
-        manifest = finalize(out, manifest, {"normalization": write_stats(out, moments, manifest), **extra})
+        manifest = finish(out, manifest, {"normalization": write_stats(out, moments, manifest), **extra})
     finally:
         executor.shutdown()
     return manifest

@@ -84,3 +84,22 @@ def write_manifest(root, manifest: dict) -> None:
     """Replace the manifest whole (never half-written), with its checksum."""
     manifest[CHECKSUM_KEY] = manifest_checksum(manifest)
     put_file(store_root(root) / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode())
+
+
+SOFTWARE = ("weightzoo", "torch", "numpy", "zarr", "pyarrow")
+
+
+def software_versions() -> dict[str, str]:
+    """The versions of the packages that make a store (and Python's), as the manifest records them at
+    creation (``software``)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in SOFTWARE:
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "not installed"
+    found["python"] = platform.python_version()
+    return found

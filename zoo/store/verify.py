@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from .checksum import chunk_checksum_ok, crc32c
 from .format import FRAGMENTS_DIR, MANIFEST, NETWORKS_TABLE, STATUS_COMPLETE, DamagedStoreError, StoreError
+from .identity import KEY as ID_KEY, content_id
 from .location import read_files, store_root
 from .manifest import read_manifest
 from .reader import WeightStore, raw_layout
@@ -139,6 +140,7 @@ def verify_store(root, *, recompute_stats: bool = True, moments: bool = False, p
     if complete:
         _check_table(store, fragments, found)
         _check_stats(store, found, recompute_stats)
+        _check_identity(root, manifest, found)
     else:
         missing = missing_chunks(manifest)
         found.problems.append(Problem("incomplete", f"{len(missing)} of {manifest['num_chunks']} chunks are "
@@ -348,3 +350,28 @@ def _check_stats(store: WeightStore, found: Verification, recompute: bool) -> No
                                                     f"has {moments.count} that count"))
     found.checked.append(("statistics", f"{2 * len(stored)} arrays ok; recomputed over {moments.count} train "
                                         f"networks: largest difference {worst:.2g} std"))
+
+
+def _check_identity(root, manifest: dict, found: Verification) -> None:
+    """The content ID recomputed from the checksums (:mod:`.identity`) against the recorded one. Checked
+    once everything else is intact: a damaged chunk or file changes it too, and is named above."""
+    recorded = manifest.get(ID_KEY)
+    if recorded is None:
+        found.checked.append(("identity", "no content ID recorded (made before content IDs, 2026-11-27, or "
+                                          "format v1)"))
+        return
+    if found.problems:
+        found.checked.append(("identity", f"{recorded} not recomputed: the store is damaged"))
+        return
+    try:
+        computed = content_id(root, manifest)
+    except (StoreError, OSError) as exc:
+        found.problems.append(Problem("manifest", f"content ID cannot be recomputed ({exc})"))
+        return
+    if computed != recorded:
+        found.problems.append(Problem("manifest", f"{MANIFEST}: content ID {recorded} does not match the one "
+                                                  f"recomputed from the store's checksums ({computed}): the manifest "
+                                                  f"or the files changed after the store was finished; the store is "
+                                                  f"damaged"))
+        return
+    found.checked.append(("identity", f"content ID {recorded} ok (recomputed from the checksums)"))

@@ -388,6 +388,8 @@ def rebuild_networks_table(root: str | Path) -> pa.Table:
 
 
 def finalize(root, manifest: dict, extra: dict) -> dict:
+    """Mark the store complete with ``extra`` in its manifest. Stores are finished through
+    :func:`zoo.store.finish.finish`, which adds the content ID and writes the dataset card."""
     manifest.update(extra)
     manifest["status"] = STATUS_COMPLETE
     manifest["completed"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

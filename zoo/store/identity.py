@@ -1,0 +1,87 @@
+"""A store's content identity: one ID computed from its checksums, so that two labs can tell they
+hold the same zoo without comparing the files.
+
+``content_id`` is ``"sha256:" + sha256`` of the lines ``"<path>\\t<crc32c>\\n"``, sorted by path, of
+
+* every chunk file of every Zarr array (parameters and statistics), by store-relative path, with
+  the crc32c each chunk file ends with (zarr's ``crc32c`` codec: 4 bytes little endian);
+* every file the manifest's ``checksums["files"]`` records (Parquet table and fragments,
+  ``zarr.json`` files), with that checksum;
+* ``manifest.json#architecture``, with the crc32c of the manifest's ``architecture`` as canonical
+  JSON (``sort_keys``, no spaces): the same weights under another function are another zoo.
+
+Paths are relative to the store and nothing else is hashed (no timestamps, no command, no
+folder), so the same networks written anywhere give the same ID; one changed value changes a
+chunk's crc32c and so the ID. Only stores whose chunks carry checksums (format v2) have one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .checksum import crc32c
+from .format import STATS_GROUP
+from .location import UrlRoot
+
+KEY = "content_id"
+PREFIX = "sha256:"
+
+
+def content_id(root, manifest: dict) -> str | None:
+    """The content ID of the store at ``root`` described by ``manifest`` (its files as they are now);
+    ``None`` where its chunks carry no checksums (format v1)."""
+    entries = checksum_entries(root, manifest)
+    if entries is None:
+        return None
+    text = "".join(f"{path}\t{checksum}\n" for path, checksum in sorted(entries.items()))
+    return PREFIX + hashlib.sha256(text.encode()).hexdigest()
+
+
+def checksum_entries(root, manifest: dict) -> dict[str, str] | None:
+    """``{store-relative path: crc32c}`` that the ID hashes (see the module)."""
+    from .reader import WeightStore, _checksummed, _chunk_keys
+
+    store = WeightStore(root, require_complete=False, check_chunks=False)
+    arrays = {name: store.parameter_arrays[name] for name in store.parameter_names}
+    try:
+        stats = store.group[STATS_GROUP]
+        arrays.update({f"{STATS_GROUP}/{name}": arr for name, arr in sorted(stats.arrays())})
+    except KeyError:
+        pass
+    if not arrays or not all(_checksummed(arr) for arr in arrays.values()):
+        return None
+    entries = {}
+    for name, arr in arrays.items():
+        for _, key in _chunk_keys(arr):
+            path = "/".join(p for p in (store.arrays_path, name, key) if p)
+            tail = _tail(store.root / path, 4)
+            entries[path] = "missing" if tail is None else f"{int.from_bytes(tail, 'little'):08x}"
+    entries.update(manifest.get("checksums", {}).get("files", {}))
+    architecture = json.dumps(manifest.get("architecture"), sort_keys=True, separators=(",", ":"))
+    entries["manifest.json#architecture"] = crc32c(architecture.encode())
+    return entries
+
+
+def _tail(path, size: int) -> bytes | None:
+    """The last ``size`` bytes of a file (``None``: missing), without reading the rest."""
+    if isinstance(path, UrlRoot):
+        try:
+            data = path.fs.cat_file(path.path, start=-size)
+        except FileNotFoundError:
+            return None
+        return data if len(data) == size else None
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            if f.tell() < size:
+                return None
+            f.seek(-size, 2)
+            return f.read(size)
+    except FileNotFoundError:
+        return None
+
+
+def short(identity: str) -> str:
+    """The first 16 hex digits, for titles (the full ID is what to compare)."""
+    return identity.removeprefix(PREFIX)[:16]
