@@ -4,7 +4,7 @@
 
 Times one fitting step (forward, loss, backward, Adam) of ``--networks`` MNIST SIRENs 2-32-32-1 on
 28x28 images: the PyTorch step (``mse_and_grads`` + ``MaskedAdam``, what a GPU ran before the
-kernel) and the Triton kernel in each configuration ``BLOCK_P,NUM_WARPS,PRECISION[,defer]``. For each it
+kernel) and the Triton kernel in each configuration ``BLOCK_P,NUM_WARPS,PRECISION``. For each it
 prints ms per step, the useful TFLOP/s (:func:`zoo.fit.triton_step.flops_per_step`), the share of
 the GPU's fp32 peak (``--peak-tflops``, default the H100/H200's 67), and the error of one step's
 gradients against float64 (relative to the largest gradient of each tensor, worst tensor), next

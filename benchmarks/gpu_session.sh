@@ -74,7 +74,7 @@ env_stage() {
 fit_stage() {
     has_cuda || { echo "skipped: no CUDA"; return 0; }
     $PY benchmarks/fit_gpu_step.py --networks 4096 --steps 20 --data-root "$PAYLOAD/data/mnist-full" \
-        --configs 32,4,ieee 16,4,split3 16,4,split3,defer 16,2,split3 16,4,tf32x3
+        --configs 32,4,ieee 16,4,split3 16,2,split3 16,4,tf32x3
 }
 
 gen_stage() {

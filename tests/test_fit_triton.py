@@ -38,7 +38,7 @@ def points_of(coords):
 
 @interpreted
 @pytest.mark.parametrize("case", range(6))
-@pytest.mark.parametrize("config", ["16,1,ieee", "16,2,split3,defer"])
+@pytest.mark.parametrize("config", ["16,1,ieee", "16,2,split3"])
 def test_one_step_matches_float64(case, config):
     """One kernel step's MSE and gradients (read back from Adam's first moment, which after one
     step is exactly (1 - beta1) * grad) against float64 PyTorch: as close as PyTorch's own float32
@@ -125,9 +125,8 @@ def test_progress_reports_networks_done_without_per_step_synchronization():
 
 
 def test_kernel_configurations_are_parsed_and_bad_ones_refused(monkeypatch):
-    assert triton_step.parse_config("32,2,split3,defer") == {
-        "block_p": 32, "num_warps": 2, "precision": "split3", "defer": True}
-    for bad in ("32,2", "24,2,ieee", "32,2,fp64", "32,2,ieee,fast", "a,b,c"):
+    assert triton_step.parse_config("32,2,split3") == {"block_p": 32, "num_warps": 2, "precision": "split3"}
+    for bad in ("32,2", "24,2,ieee", "32,2,fp64", "32,2,ieee,fast", "32,2,split3,defer", "a,b,c"):
         with pytest.raises(ValueError, match="BLOCK_P"):
             triton_step.parse_config(bad)
     monkeypatch.setenv("ZOO_TRITON_CONFIG", "16,2,tf32x3")

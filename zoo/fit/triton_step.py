@@ -69,28 +69,25 @@ def step_supported(spec: SirenSpec, device) -> bool:
     return available() and torch.device(device).type == "cuda" and supports(spec) is None
 
 
-DEFAULT_CONFIG = {"block_p": 16, "num_warps": 4, "precision": "split3", "defer": False}  # fastest accurate on an H200
+DEFAULT_CONFIG = {"block_p": 16, "num_warps": 4, "precision": "split3"}  # fastest accurate on an H200
 PRECISIONS = ("ieee", "tf32x3", "split3", "tf32")
 
 
 def kernel_config() -> dict:
-    """The kernel's tile, warps, ``tl.dot`` precision and whether sums over points wait for the end of
-    the tile loop: :data:`DEFAULT_CONFIG`, or ``ZOO_TRITON_CONFIG`` (what
-    ``benchmarks/fit_gpu_step.py`` measured fastest on a GPU; ``gpu_session.sh`` passes it on)."""
+    """The kernel's tile, warps and ``tl.dot`` precision: :data:`DEFAULT_CONFIG`, or
+    ``ZOO_TRITON_CONFIG`` (what ``benchmarks/fit_gpu_step.py`` measured fastest on a GPU;
+    ``gpu_session.sh`` passes it on)."""
     value = os.environ.get("ZOO_TRITON_CONFIG")
     return dict(DEFAULT_CONFIG) if not value else parse_config(value, "ZOO_TRITON_CONFIG=")
 
 
 def parse_config(value: str, where: str = "") -> dict:
-    """``BLOCK_P,NUM_WARPS,PRECISION[,defer]`` (e.g. ``64,4,ieee`` or ``16,4,split3,defer``)."""
+    """``BLOCK_P,NUM_WARPS,PRECISION`` (e.g. ``64,4,ieee`` or ``16,4,split3``)."""
     try:
-        block_p, warps, precision, *rest = value.split(",")
-        config = {"block_p": int(block_p), "num_warps": int(warps), "precision": precision,
-                  "defer": rest == ["defer"]}
-        if rest not in ([], ["defer"]):
-            raise ValueError
+        block_p, warps, precision = value.split(",")
+        config = {"block_p": int(block_p), "num_warps": int(warps), "precision": precision}
     except ValueError:
-        raise ValueError(f"{where}{value!r}: expected BLOCK_P,NUM_WARPS,PRECISION[,defer], e.g. 16,4,split3") from None
+        raise ValueError(f"{where}{value!r}: expected BLOCK_P,NUM_WARPS,PRECISION, e.g. 16,4,split3") from None
     if precision not in PRECISIONS or config["block_p"] < 16 or config["block_p"] & (config["block_p"] - 1):
         raise ValueError(f"{where}{value!r}: BLOCK_P a power of two >= 16, PRECISION one of {PRECISIONS}")
     return config
@@ -159,7 +156,7 @@ if triton is not None:
         mse_ptr, P, step, w0_first, w0_hidden, output_offset, psnr_stop,
         beta1, beta2, step_size, bc2_sqrt, eps,
         D0: tl.constexpr, H: tl.constexpr, DOUT: tl.constexpr, D0_P: tl.constexpr, DOUT_P: tl.constexpr,
-        BLOCK_P: tl.constexpr, EARLY_STOP: tl.constexpr, PRECISION: tl.constexpr, DEFER: tl.constexpr,
+        BLOCK_P: tl.constexpr, EARLY_STOP: tl.constexpr, PRECISION: tl.constexpr,
     ):
         k = tl.program_id(0).to(tl.int64)
         NPARAM: tl.constexpr = H * D0 + H + H * H + H + DOUT * H + DOUT
@@ -193,12 +190,6 @@ if triton is not None:
             g_w3 = tl.zeros((DOUT_P, H), dtype=tl.float32)
             g_b3 = tl.zeros((DOUT_P,), dtype=tl.float32)
             sq_err = tl.zeros((BLOCK_P,), dtype=tl.float32)
-            if DEFER:  # per-point partial sums, reduced once after the loop
-                acc_w3 = tl.zeros((BLOCK_P, DOUT_P, H), dtype=tl.float32)
-                acc_b3 = tl.zeros((BLOCK_P, DOUT_P), dtype=tl.float32)
-                acc_b2 = tl.zeros((BLOCK_P, H), dtype=tl.float32)
-                acc_w1 = tl.zeros((BLOCK_P, H, D0_P), dtype=tl.float32)
-                acc_b1 = tl.zeros((BLOCK_P, H), dtype=tl.float32)
             grad_scale = 2.0 / (P * DOUT)  # d(mean squared error)/dy
             target_base = k * P * DOUT
             for p0 in range(0, P, BLOCK_P):
@@ -224,34 +215,17 @@ if triton is not None:
                     err = tl.where(p_ok, y_j - t_j, 0.0)
                     sq_err += err * err
                     g3 = err * grad_scale
-                    if DEFER:  # sums over points wait for the end of the loop (no reduction across warps here)
-                        acc_w3 += tl.where(o[None, :, None] == j, (g3[:, None] * s2)[:, None, :], 0.0)
-                        acc_b3 += tl.where(o[None, :] == j, g3[:, None], 0.0)
-                    else:
-                        g_w3 += tl.where(o[:, None] == j, tl.sum(g3[:, None] * s2, axis=0)[None, :], 0.0)
-                        g_b3 += tl.where(o == j, tl.sum(g3, axis=0), 0.0)
+                    g_w3 += tl.where(o[:, None] == j, tl.sum(g3[:, None] * s2, axis=0)[None, :], 0.0)
+                    g_b3 += tl.where(o == j, tl.sum(g3, axis=0), 0.0)
                     g2 += g3[:, None] * w3_j[None, :]
                 g2 = g2 * c2
                 g_w2 += _dot(tl.trans(g2), s1, PRECISION)
                 g1 = _dot(g2, w2, PRECISION) * (w0_hidden * c1)
-                if DEFER:
-                    acc_b2 += g2
-                    acc_b1 += g1
-                else:
-                    g_b2 += tl.sum(g2, axis=0)
-                    g_b1 += tl.sum(g1, axis=0)
+                g_b2 += tl.sum(g2, axis=0)
+                g_b1 += tl.sum(g1, axis=0)
                 for i in tl.static_range(D0):
                     x_i = tl.load(coords_ptr + p * D0 + i, mask=p_ok, other=0.0)
-                    if DEFER:
-                        acc_w1 += tl.where(d[None, None, :] == i, (g1 * x_i[:, None])[:, :, None], 0.0)
-                    else:
-                        g_w1 += tl.where(d[None, :] == i, tl.sum(g1 * x_i[:, None], axis=0)[:, None], 0.0)
-            if DEFER:
-                g_w3 = tl.sum(acc_w3, axis=0)
-                g_b3 = tl.sum(acc_b3, axis=0)
-                g_b2 = tl.sum(acc_b2, axis=0)
-                g_w1 = tl.sum(acc_w1, axis=0)
-                g_b1 = tl.sum(acc_b1, axis=0)
+                    g_w1 += tl.where(d[None, :] == i, tl.sum(g1 * x_i[:, None], axis=0)[:, None], 0.0)
             mse = tl.sum(sq_err, axis=0) / (P * DOUT)
             tl.store(mse_ptr + k, mse)
             stop = False
@@ -311,7 +285,7 @@ class TritonFit:
 
     def __init__(self, spec: SirenSpec, coords, targets: Tensor, weights, biases, peak: Tensor, lr: float,
                  psnr_stop: float | None, betas=(0.9, 0.999), eps: float = 1e-8, block_p: int | None = None,
-                 num_warps: int | None = None, precision: str | None = None, defer: bool | None = None):
+                 num_warps: int | None = None, precision: str | None = None):
         problem = supports(spec)
         if problem:
             raise ValueError(problem)
@@ -337,7 +311,6 @@ class TritonFit:
         self.block_p = block_p or default["block_p"]
         self.num_warps = num_warps or default["num_warps"]
         self.precision = precision or default["precision"]
-        self.defer = default["defer"] if defer is None else defer
         self.count = 0  # steps taken so far (Adam's bias correction)
 
     def step(self) -> None:
@@ -356,7 +329,7 @@ class TritonFit:
             float(self.psnr_stop if self.psnr_stop is not None else 0.0), beta1, beta2, step_size, bc2_sqrt,
             self.eps, D0=d0, H=spec.widths[1], DOUT=dout, D0_P=_pow2(d0), DOUT_P=_pow2(dout),
             BLOCK_P=self.block_p, EARLY_STOP=self.psnr_stop is not None, PRECISION=self.precision,
-            DEFER=self.defer, num_warps=self.num_warps,
+            num_warps=self.num_warps,
         )
 
     def all_frozen(self) -> bool:
