@@ -22,3 +22,10 @@ def resolve_device(device: str) -> str:
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
+
+
+def free_gpu_bytes(device) -> int:
+    """Bytes a CUDA ``device`` can still give this process: what the driver reports free plus the
+    idle blocks PyTorch's caching allocator holds (freed tensors it keeps for reuse)."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)

@@ -22,6 +22,7 @@ import contextlib
 
 import torch
 
+from ..devices import free_gpu_bytes
 from .data import ClassifierData, normalized
 from .mlp import Activation, logits, stacked_logits
 
@@ -127,9 +128,7 @@ def evaluation_bytes(device) -> int:
     device = torch.device(device)
     if device.type != "cuda":
         return CPU_EVALUATION_BYTES
-    free, _ = torch.cuda.mem_get_info(device)
-    idle = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    return int(min(8 << 30, max(64 << 20, (free + idle) // 4)))
+    return int(min(8 << 30, max(64 << 20, free_gpu_bytes(device) // 4)))
 
 
 def stack_accuracies(data: ClassifierData, weights, biases, activation: Activation, classes: list[tuple[int, ...]],

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..devices import free_gpu_bytes
 from ..fit.adam import MaskedAdam
 from .data import ClassifierData, batch_plan, class_pool, normalized, pool_size
 from .evaluate import stack_accuracies
@@ -73,9 +74,8 @@ def default_group(schedule: TrainSchedule, input_size: int, device, spec: MlpSpe
     all of them without ``spec``)."""
     device = torch.device(device)
     if device.type == "cuda" and spec is not None:
-        free, _ = torch.cuda.mem_get_info(device)
-        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return max(1, int(GPU_GROUP_SHARE * free) // network_bytes(spec, schedule, steps, checkpoints))
+        budget = int(GPU_GROUP_SHARE * free_gpu_bytes(device))
+        return max(1, budget // network_bytes(spec, schedule, steps, checkpoints))
     if device.type != "cpu":
         return 1 << 30
     per_network = schedule.batch_size * input_size * 4
