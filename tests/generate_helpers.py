@@ -26,6 +26,27 @@ runpy.run_module("cli", run_name="__main__")
 """
 
 
+class WriteFailed(Exception):
+    """A planted failure of a store write."""
+
+
+def fail_writing(monkeypatch, chunk: int) -> tuple[WriteFailed, list[int]]:
+    """Make ``zoo generate``'s write of ``chunk`` raise; the others write as usual. Returns the
+    planted exception and the list of chunks whose write was attempted, in order."""
+    import zoo.generate.run as run
+
+    failure, real, attempted = WriteFailed("disk full"), run.write_chunk, []
+
+    def write_chunk(root, index, *args, **kwargs):
+        attempted.append(index)
+        if index == chunk:
+            raise failure
+        return real(root, index, *args, **kwargs)
+
+    monkeypatch.setattr(run, "write_chunk", write_chunk)
+    return failure, attempted
+
+
 def kill_after_chunks(cmd: list[str], out: Path | str, chunks: int = 2, timeout: float = 300) -> dict:
     """Run ``cmd`` (``[python, -m, cli, generate, ...]`` writing ``out``, a folder or a URL) so that
     it is SIGKILLed once its manifest lists ``chunks`` finished chunks, and return the manifest it

@@ -14,7 +14,7 @@ import torch
 
 import zoo.generate.run as run
 from clf_helpers import write_mnist_like
-from generate_helpers import TINY, assert_identical_stores, kill_after_chunks
+from generate_helpers import TINY, WriteFailed, assert_identical_stores, fail_writing, kill_after_chunks
 from zoo.generate.classifiers import ClassifierRecipe
 from zoo.generate.executors import MAX_CHUNKS_PER_JOB, LocalExecutor, job_size, split_jobs
 from zoo.generate.kinds import get_kind
@@ -26,10 +26,6 @@ from zoo.store.manifest import read_manifest
 from zoo.train.trainer import GPU_GROUP_SHARE, network_bytes
 
 QUIET = dict(log=lambda *_: None)
-
-
-class WriteFailed(Exception):
-    pass
 
 
 @pytest.fixture(scope="module")
@@ -127,15 +123,8 @@ def test_a_write_failing_inside_a_job_leaves_whole_chunks_and_the_rerun_makes_th
     listed, and the rerun makes exactly 4 and 5, as one job."""
     monkeypatch.setenv(JOB_CHUNKS_VARIABLE, "3")
     monkeypatch.setenv(DEPTH_VARIABLE, depth)
-    failure, real, attempted = WriteFailed("disk full"), run.write_chunk, []
-
-    def write_chunk(root, chunk, *args, **kwargs):
-        attempted.append(chunk)
-        if chunk == 4:
-            raise failure
-        return real(root, chunk, *args, **kwargs)
-
-    monkeypatch.setattr(run, "write_chunk", write_chunk)
+    real = run.write_chunk
+    failure, attempted = fail_writing(monkeypatch, 4)
     out = tmp_path / "store"
     with pytest.raises(WriteFailed) as raised:
         generate(GenerateOptions(out=str(out), **options(mnist_like)), **QUIET)

@@ -14,17 +14,13 @@ import pytest
 import zarr
 
 import zoo.generate.run as run
-from generate_helpers import TINY, assert_identical_stores
+from generate_helpers import TINY, WriteFailed, assert_identical_stores, fail_writing
 from zoo.generate.run import GenerateOptions, generate
 from zoo.generate.writeback import DEPTH_VARIABLE, MIN_BACKGROUND_BYTES, ChunkWriter, write_depth
 from zoo.store.manifest import read_manifest
 
 QUIET = dict(log=lambda *_: None)
 SMALL = {**TINY, "steps": 5}  # 60 INRs of 8x8 digits in 4 chunks (the last one 12 networks: an edge chunk)
-
-
-class WriteFailed(Exception):
-    pass
 
 
 def wait_until(condition, what: str, seconds: float = 30.0) -> None:
@@ -121,15 +117,7 @@ def test_a_nan_is_refused_before_any_file_is_written(tmp_path):
 def test_a_failing_write_raises_its_own_error_and_lists_only_written_chunks(synchronous_store, tmp_path,
                                                                             monkeypatch, depth):
     monkeypatch.setenv(DEPTH_VARIABLE, depth)
-    failure, real, attempted = WriteFailed("disk full"), run.write_chunk, []
-
-    def write_chunk(root, chunk, *args, **kwargs):
-        attempted.append(chunk)
-        if chunk == 2:
-            raise failure
-        return real(root, chunk, *args, **kwargs)
-
-    monkeypatch.setattr(run, "write_chunk", write_chunk)
+    failure, attempted = fail_writing(monkeypatch, 2)
     out = tmp_path / "store"
     with pytest.raises(WriteFailed) as raised:
         generate(GenerateOptions(out=str(out), **SMALL), **QUIET)
