@@ -5,6 +5,7 @@ GPU, and each task sees that GPU as ``CUDA_VISIBLE_DEVICES``."""
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,11 +14,17 @@ from zoo.generate.executors import RayExecutor
 ray = pytest.importorskip("ray")
 
 
-def probe(seconds: float) -> dict:
-    start = time.monotonic()
-    time.sleep(seconds)
+def probe(name: str, rendezvous: str, wait: float) -> dict:
+    """Announce this task in ``rendezvous`` (a folder), then wait up to ``wait`` seconds for the other
+    task's announcement: it comes only if both tasks run at the same time."""
+    folder = Path(rendezvous)
+    (folder / name).touch()
+    other = "b" if name == "a" else "a"
+    deadline = time.monotonic() + wait
+    while not (folder / other).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": ray.get_gpu_ids(),
-            "start": start, "stop": time.monotonic()}
+            "met": (folder / other).exists()}
 
 
 @pytest.fixture
@@ -30,30 +37,29 @@ def one_declared_gpu():
     ray.shutdown()
 
 
-def run_two(gpus_per_task: float) -> list[dict]:
+def run_two(gpus_per_task: float, rendezvous: Path, wait: float) -> list[dict]:
     executor = RayExecutor(workers=2, gpus_per_task=gpus_per_task)
+    jobs = [{"name": name, "rendezvous": str(rendezvous), "wait": wait} for name in ("a", "b")]
     try:
-        return list(executor.map_unordered(probe, [{"seconds": 1.5}, {"seconds": 1.5}]))
+        return list(executor.map_unordered(probe, jobs))
     finally:
         executor.shutdown()
 
 
-def overlap(results) -> bool:
-    a, b = results
-    return a["start"] < b["stop"] and b["start"] < a["stop"]
-
-
-def test_two_workers_share_one_gpu_and_see_it(one_declared_gpu):
-    results = run_two(0.5)  # what generate asks for with --workers 2 --device cuda
+def test_two_workers_share_one_gpu_and_see_it(one_declared_gpu, tmp_path):
+    # what generate asks for with --workers 2 --device cuda; a long wait: a worker may start slowly
+    results = run_two(0.5, tmp_path, wait=120)
     assert [r["visible"] for r in results] == ["0", "0"]
     assert all(len(r["gpu_ids"]) == 1 for r in results)
-    assert overlap(results)  # placed together on the one GPU
+    assert all(r["met"] for r in results)  # placed together on the one GPU
 
 
-def test_a_whole_gpu_per_task_runs_them_one_after_the_other(one_declared_gpu):
-    results = run_two(1.0)  # the control: the share is what lets them run together
+def test_a_whole_gpu_per_task_runs_them_one_after_the_other(one_declared_gpu, tmp_path):
+    # the control: the share is what lets them run together; with a whole GPU each the first cannot
+    # meet the second, however long it waits
+    results = run_two(1.0, tmp_path, wait=2)
     assert [r["visible"] for r in results] == ["0", "0"]
-    assert not overlap(results)
+    assert sorted(r["met"] for r in results) == [False, True]  # the second finds the first's mark
 
 
 def test_generate_asks_each_task_for_its_share_of_the_gpu(monkeypatch, tmp_path):
