@@ -10,7 +10,8 @@ import click
 
 from dws.tasks.options import DEFAULTS as TRAIN
 from dws.tasks.options import BACKENDS as TRAIN_BACKENDS
-from dws.tasks.options import MODELS, TASKS, TrainOptions
+from dws.tasks.options import MODELS, NORMALIZATIONS, TASKS, TrainOptions
+from zoo.exchange import EXPORT_LAYOUTS, IMPORT_LAYOUTS
 
 
 class _ExpectedErrors(click.Group):
@@ -86,6 +87,17 @@ def _parse_limit(value: str | None):
         return {k.strip(): int(v) for k, v in (part.split("=") for part in value.split(","))}
     except ValueError:
         raise click.BadParameter(f"{value!r}: expected e.g. train=4583,val=417,test=2000") from None
+
+
+def _max_memory(holds: str):
+    """The ``--max-memory SIZE`` option of a command that holds ``holds`` (parsed to bytes; a bad size is
+    refused in one line)."""
+    from zoo.options import DEFAULT_MAX_MEMORY, parse_size
+
+    return click.option("--max-memory", default=DEFAULT_MAX_MEMORY, show_default=f"{DEFAULT_MAX_MEMORY / 2**30:g}G",
+                        type=str, metavar="SIZE", callback=lambda ctx, param, value: parse_size(value),
+                        help=f"Memory this command may use, e.g. 8G or 512M (binary units): {holds}. A budget "
+                             f"below the least it needs is refused, with that least (docs/stream.md, \"Memory\").")
 
 
 @click.group(cls=_ExpectedErrors, epilog=_examples(
@@ -212,11 +224,14 @@ def _progress_of(out: str) -> str:
                          "progress.",
               epilog=_examples("zoo info stores/mnist", "zoo info s3://lab/zoos/mnist"))
 @click.argument("store", type=STORE)
-def info(store):
+@_max_memory("info reads the manifest and the networks table, never a chunk")
+def info(store, max_memory):
     """Architecture, counts per split, PSNR (INR zoos) or test-accuracy (classifier zoos) percentiles, size on disk;
     for a store still being generated (or interrupted), how far it got and what is left."""
     from zoo.inspect import describe
+    from zoo.options import RUNTIME_BYTES, require_memory
 
+    require_memory("--max-memory", max_memory, {"the runtime": RUNTIME_BYTES}, "zoo info")
     click.echo(describe(store))
 
 
@@ -242,15 +257,103 @@ def card(store):
               epilog=_examples("zoo verify stores/mnist", "zoo verify s3://lab/zoos/mnist --no-recompute"))
 @click.argument("store", type=STORE)
 @click.option("--no-recompute", is_flag=True, help="Skip recomputing the normalization statistics from the networks.")
-def verify(store, no_recompute):
+@_max_memory("verify checks one chunk at a time (with its statistics' moments: ~6 chunks' size)")
+def verify(store, no_recompute, max_memory):
     """Check a whole store (a folder or a URL): every chunk readable and matching its checksum, the table,
     fragments, metadata and manifest consistent, the statistics recomputed and compared. Prints a summary and
     how to repair what it found (a rerun of the generating command); exits 1 on damage or an unfinished store."""
     from zoo.store import verify_store
 
-    found = verify_store(store, recompute_stats=not no_recompute, progress=sys.stderr.isatty())
+    found = verify_store(store, recompute_stats=not no_recompute, progress=sys.stderr.isatty(), max_memory=max_memory)
     click.echo(found.summary())
     sys.exit(0 if found.ok else 1)
+
+
+def _parse_split_points(value: str | None):
+    if value is None:
+        return None
+    try:
+        val, test = (int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected VAL,TEST, e.g. 45000,50000") from None
+    return val, test
+
+
+@main.command("import", short_help="Make a store from a zoo in another project's layout (DWSNets, nfn, state dicts).",
+              epilog=_examples(
+                  "zoo import dwsnets dataset/mnist_splits.json --out stores/dwsnets-mnist --dataset mnist",
+                  "zoo import nfn-siren experiments/data/siren_mnist_wts --out stores/nfn-mnist",
+                  "zoo import state-dicts runs/mlps --csv runs.csv --out stores/mlps"))
+@click.argument("layout", type=click.Choice(IMPORT_LAYOUTS))
+@click.argument("src", type=click.Path(exists=True))
+@click.option("--out", required=True, type=click.Path(), help="New store folder (written whole or not at all).")
+@click.option("--chunk-size", default=1024, show_default=True, type=click.IntRange(min=1), help="Networks per chunk.")
+@click.option("--dataset", default=None, help="The data set the networks were fitted to (for the dataset card).")
+@click.option("--prefix", default=None, help="nfn-siren: the folders' prefix (default: the only one in SRC).")
+@click.option("--split-points", default=None, help="nfn-siren: VAL,TEST indices where val and test start "
+                                                    "(default: SRC/split_points.json, else nfn's 45000,50000).")
+@click.option("--csv", "csv_name", default=None, help="state-dicts: the CSV in SRC (default: the only one).")
+@click.option("--image-size", default=None, type=click.IntRange(min=1),
+              help="SIREN layouts: the image side the INRs were fitted on (default 28; nfn CIFAR: 32).")
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty --out.")
+def import_(layout, src, out, chunk_size, dataset, prefix, split_points, csv_name, image_size, overwrite):
+    """Import the zoo at SRC (DWSNets: the splits JSON or its folder; nfn-siren and state-dicts: the folder)
+    as a complete store: statistics, checksums, content ID and card. Labels and splits become columns and
+    splits, `source_file` says which file each network came from. The .pth files are read as untrusted data
+    (torch.load with weights_only=True); a bad file stops the import with one line and leaves nothing."""
+    from zoo.exchange import import_zoo
+
+    import_zoo(layout, src, out, chunk_size=chunk_size, overwrite=overwrite, dataset=dataset, prefix=prefix,
+               split_points=_parse_split_points(split_points), csv=csv_name, image_size=image_size,
+               progress=sys.stderr.isatty())
+    click.echo(f"imported {layout} zoo {src} into {out}")
+
+
+@main.command(short_help="Write a store in another project's layout (DWSNets, nfn, state dicts) or as Parquet.",
+              epilog=_examples("zoo export stores/mnist --layout dwsnets --out exports/mnist-dwsnets",
+                               "zoo export stores/mnist --layout parquet --out exports/mnist-parquet"))
+@click.argument("store", type=STORE)
+@click.option("--layout", required=True, type=click.Choice(EXPORT_LAYOUTS), help="The layout to write.")
+@click.option("--out", required=True, type=click.Path(), help="Folder to write (whole or not at all).")
+@click.option("--prefix", default=None, help="nfn-siren: the folders' prefix (default: randinit_smaller).")
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty --out.")
+def export(store, layout, out, prefix, overwrite):
+    """Write STORE in LAYOUT so that the project's own loader reads it: DWSNets (state dicts and a splits JSON),
+    nfn-siren ({prefix}_{label}s/net{idx}.pth), state-dicts (a CSV and state dicts), or parquet (one row per
+    network: its columns and flattened parameters, one file per split)."""
+    from zoo.exchange import export_zoo
+
+    export_zoo(store, layout, out, overwrite=overwrite, prefix=prefix, progress=sys.stderr.isatty())
+    click.echo(f"exported {store} as {layout} into {out}")
+
+
+@main.command(short_help="Write a new store whose networks are canonicalized under their symmetries (sign, sort, "
+                         "align).",
+              epilog=_examples("zoo derive stores/mnist --canonicalize sign,sort --out stores/mnist-sign-sort",
+                               "zoo derive stores/fmnist-40 --canonicalize sort --out stores/fmnist-40-sorted",
+                               "zoo derive stores/mnist --canonicalize align --seed 0 --out stores/mnist-aligned"))
+@click.argument("store", type=STORE)
+@click.option("--canonicalize", "transforms", required=True, metavar="T[,T...]",
+              help="sign (odd activations: every hidden neuron flipped to a non-negative bias), sort (hidden "
+                   "neurons in order of their bias), align (weight matching to mlp-align's MergeMany reference "
+                   "from the train split); several, comma-separated, are applied in order.")
+@click.option("--out", required=True, help="Folder or fsspec URL of the new store.")
+@click.option("--overwrite", is_flag=True, help="Replace a store already at --out (once the new one is complete).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="align: the seed of the reference (mlp-align's --seed gives the same networks).")
+def derive(store, transforms, out, overwrite, seed):
+    """Write every network of STORE, canonicalized, as a new store at --out (same rows and splits); its
+    manifest records the source's content ID and the transforms, and `zoo train` takes it like any store.
+    Functions are unchanged; see docs/store-format.md, "Canonicalized stores"."""
+    from zoo.options import require_writable_folder
+
+    from dws.canonical import derive_canonical_store, parse_transforms
+
+    names = parse_transforms(transforms)  # before anything is read or written
+    require_writable_folder("--out", out)
+    made = derive_canonical_store(store, out, names, overwrite=overwrite, seed=seed, log=click.echo)
+    click.echo(f"wrote {made['store']}: {made['networks']} networks, {' then '.join(names)}; content ID "
+               f"{made['content_id']} (from {made['derived_from']['content_id'] or made['derived_from']['store']})")
 
 
 @main.command(short_help="Draw a store: decoded INRs above their images, or a classifier zoo's accuracies.",
@@ -340,6 +443,11 @@ def show(store, out, count, data_root):
               help="How the DWSNet runs: auto (native C kernels where they apply, else fused PyTorch), native "
                    "(fail if the kernels cannot be built), pytorch (fused, PyTorch operators only), plain (the "
                    "paper's modules as written). Same function; see docs/dws.md.")
+@click.option("--normalize", type=click.Choice(NORMALIZATIONS), default=TRAIN["normalize"],
+              help="Normalization statistics of the train split: entry (each parameter entry its own mean and std, "
+                   "as DWSNets' code; the recorded numbers) or orbit (pooled over the symmetry the model claims, "
+                   "so normalizing commutes with it; see docs/stream.md). Default: orbit for the models that "
+                   "claim a symmetry (dwsnet, the NFNs, ...), entry for the baselines. zoo eval uses the run's.")
 @click.option("--resume/--restart", default=TRAIN["resume"], show_default=True,
               help="--resume: continue an interrupted run in the run directory after its last completed epoch "
                    "(refused if the settings differ); --restart: discard it and start over (see docs/train.md).")
@@ -347,6 +455,9 @@ def show(store, out, count, data_root):
               help="--task adapt: the folder of the classifiers' images (default: the one the store recorded).")
 @click.option("--image-batch", type=int, default=TRAIN["image_batch"], show_default=True,
               help="--task adapt: images per classifier and step, drawn equally from its classes.")
+@_max_memory("the model, batches, a chunk being read, then the train split whole if it fits (else a shuffle "
+             "window as large as fits), then val and test whole where they fit (else streamed chunk by chunk). "
+             "It decides the data order, so a resumed run must use the same")
 def train(store, **kw):
     """Train a model on a store's train split, select on val, report test (see docs/train.md). Options left
     out follow the store's kind (said in one line); an interrupted run resumes when rerun."""
@@ -376,7 +487,8 @@ def train(store, **kw):
               help="--task adapt runs: write every network of STORE, adapted, as a new store here.")
 @click.option("--data-root", default=None, type=click.Path(),
               help="--task adapt runs: the folder of STORE's images (default: the run's, else the store's).")
-def eval_(run, store, split, out, data_root):
+@_max_memory("the model, batches, a chunk being read, and the split whole if it fits (else streamed chunk by chunk)")
+def eval_(run, store, split, out, data_root, max_memory):
     """Re-evaluate RUN's best checkpoint on STORE (refused if STORE's networks are incompatible); with --out,
     write STORE's classifiers adapted by an adapt run as a new store."""
     import json
@@ -391,7 +503,8 @@ def eval_(run, store, split, out, data_root):
         return
     from dws.tasks.rundir import evaluate_run
 
-    click.echo(json.dumps(evaluate_run(run, store, split, data_root=data_root), indent=2, ensure_ascii=False))
+    click.echo(json.dumps(evaluate_run(run, store, split, data_root=data_root, max_memory=max_memory), indent=2,
+                          ensure_ascii=False))
 
 
 if __name__ == "__main__":

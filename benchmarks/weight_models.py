@@ -3,6 +3,8 @@
     python benchmarks/weight_models.py                       # 784-128-128-128-10, the paper's DWSNet (d0' = 16, 16 channels)
     python benchmarks/weight_models.py --hidden-channels 24  # every model at ~4M parameters (the paper's count)
     python benchmarks/weight_models.py --widths 3072,64,64,64,64,10 --models dwsnet,mlp
+    python benchmarks/weight_models.py --widths 2,32,32,1 --hidden-channels 48 --input-reduction 0 --batch 64 \
+        --models dwsnet,nfn-np,nfn-hnp,ng-gnn,ng-transformer,scalegmn,scalegmn-b   # the MNIST INR models
 
 Each model is built as ``zoo train`` builds it (``dws.tasks.models.build_model``: the DWSNet with
 ``--input-reduction``, the baselines sized to its parameter count) and trained with AdamW on a
@@ -42,7 +44,7 @@ def measure(args) -> dict:
     torch.manual_seed(0)
     widths = tuple(args.widths)
     model, desc = build_model(args.model, widths, 1, hidden_channels=args.hidden_channels,
-                              input_reduction=args.input_reduction)
+                              input_reduction=args.input_reduction or None, activation=args.activation)
     if args.model == "mlp-align":
         model.align_in_forward = False  # zoo train aligns the store once, before training
     n = sum(a * b for a, b in zip(widths[:-1], widths[1:])) + sum(widths[1:])
@@ -69,12 +71,17 @@ def main():
     p.add_argument("--widths", type=lambda s: [int(x) for x in s.split(",")], default=[784, 128, 128, 128, 10])
     p.add_argument("--models", type=lambda s: s.split(","), default=list(DEFAULT_MODELS))
     p.add_argument("--hidden-channels", type=int, default=16)
-    p.add_argument("--input-reduction", type=int, default=16)
+    p.add_argument("--input-reduction", type=int, default=16, help="the DWSNet's d0' (0: none, as for INRs)")
+    p.add_argument("--activation", default=None,
+                   help="the input networks' activation, for ScaleGMN's symmetry (default: sine for 1-output "
+                        "networks, the INRs; relu otherwise, the classifiers)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--model", help=argparse.SUPPRESS)  # a worker process: measure this one model
     args = p.parse_args()
+    if args.activation is None:
+        args.activation = "sine" if args.widths[-1] == 1 else "relu"
     if args.model:
         print(json.dumps(measure(args)))
         return
@@ -83,7 +90,7 @@ def main():
     for model in order:
         cmd = [sys.executable, __file__, "--model", model, "--widths", ",".join(map(str, args.widths)),
                "--hidden-channels", str(args.hidden_channels), "--input-reduction", str(args.input_reduction),
-               "--batch", str(args.batch), "--iters", str(args.iters), "--threads", str(args.threads)]
+               "--activation", args.activation, "--batch", str(args.batch), "--iters", str(args.iters), "--threads", str(args.threads)]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             print(f"{model}: failed\n{out.stderr[-2000:]}", file=sys.stderr)

@@ -5,7 +5,8 @@ out x in layout, layer m+1 of the paper) and ``biases[m]`` is ``[B, d_{m+1}]``; 
 trailing channel dimension ``C``. The group is ``S_{d_1} x ... x S_{d_{M-1}}`` (hidden neurons
 only; input and output neurons are not permuted), acting as in the paper's Eq. (3):
 ``W_m' = P_m^T W_m P_{m-1}``, i.e. hidden neuron ``i`` of the permuted network is neuron
-``perm[i]`` of the original one.
+``perm[i]`` of the original one. Where the activation allows it, hidden neurons may also be rescaled
+(:meth:`WeightSpace.scale_neurons`: sign flips for sine and tanh, positive scales for ReLU).
 """
 
 from __future__ import annotations
@@ -142,6 +143,52 @@ class WeightSpace:
             weights.append(w)
             biases.append(b)
         return WeightSpace(tuple(weights), tuple(biases))
+
+    def scale_neurons(self, scales: Sequence[Tensor]) -> "WeightSpace":
+        """Rescale hidden neurons: ``W_m' = D_m W_m D_{m-1}^{-1}``, ``b_m' = D_m b_m``.
+
+        ``scales[k]`` (``[d]`` or ``[B, d]``, nonzero) is the diagonal of ``D`` for hidden layer ``k+1``;
+        input and output neurons keep scale 1. A symmetry of the networks' function wherever the
+        activation commutes with the scales (:data:`ACTIVATION_SCALES`).
+        """
+        M, B = self.num_layers, self.batch_size
+        if len(scales) != M - 1:
+            raise ValueError(f"need {M - 1} scale vectors (one per hidden layer), got {len(scales)}")
+        scales = [s if s.dim() == 2 else s.unsqueeze(0).expand(B, -1) for s in scales]
+        for k, s in enumerate(scales):
+            if s.shape != (B, self.widths[k + 1]):
+                raise ValueError(f"scales {k} have shape {tuple(s.shape)}, expected ({B}, {self.widths[k + 1]})")
+        tail = (1,) if self.has_channels else ()
+        weights, biases = [], []
+        for m, (w, b) in enumerate(zip(self.weights, self.biases)):
+            if m < M - 1:  # outgoing side of hidden layer m+1: rows and bias
+                s = scales[m].to(w.dtype)
+                w, b = w * s.reshape(B, -1, 1, *tail), b * s.reshape(B, -1, *tail)
+            if m > 0:  # incoming side of hidden layer m: columns
+                w = w / scales[m - 1].to(w.dtype).reshape(B, 1, -1, *tail)
+            weights.append(w)
+            biases.append(b)
+        return WeightSpace(tuple(weights), tuple(biases))
+
+
+# the hidden-neuron scalings an activation commutes with, ``act(s z) = s act(z)``: sign flips (s = +-1)
+# for odd ones, positive scales for ReLU (positively homogeneous); other activations have none
+ACTIVATION_SCALES = {"sine": "sign", "tanh": "sign", "relu": "positive"}
+
+
+def random_neuron_scales(
+    widths: Sequence[int], batch_size: int, kind: str, generator: torch.Generator | None = None,
+) -> list[Tensor]:
+    """One random scale per hidden neuron and network (``[B, d]`` per hidden layer) for
+    :meth:`WeightSpace.scale_neurons`: ``"sign"``: +-1 with equal odds; ``"positive"``: log-uniform in
+    [1/2, 2]."""
+    if kind not in ("sign", "positive"):
+        raise ValueError(f"scale kind must be 'sign' or 'positive', got {kind!r}")
+    scales = []
+    for d in widths[1:-1]:
+        u = torch.rand(batch_size, d, generator=generator)
+        scales.append(torch.where(u < 0.5, -1.0, 1.0) if kind == "sign" else torch.exp2(2 * u - 1))
+    return scales
 
 
 def _gather_dim(x: Tensor, perm: Tensor, dim: int) -> Tensor:

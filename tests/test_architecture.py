@@ -27,12 +27,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("zoo.fit",),  # batched SIREN fitting
     ("zoo.train",),  # batched classifier training (uses the fitting's Adam and seeding)
     ("zoo.store",),  # the weight-store format: writing, reading, statistics
-    ("zoo.generate",),  # zoo kinds and the generation run (local or Ray)
+    ("zoo.generate", "zoo.exchange"),  # zoo kinds and the generation run (local or Ray); import/export beside it
     ("zoo.inspect",),  # `zoo info` / `zoo show`
     ("dws.weightspace",),  # the weight-space value and its symmetry group
     ("dws.stream",),  # stores -> batches of weight spaces (normalization, augmentation)
-    ("dws.nn", "dws", "dws.nfn"),  # DWSNet layers and models (`dws` re-exports them); NFN-NP/HNP beside them
+    ("dws.nn", "dws", "dws.nfn", "dws.ng", "dws.scalegmn"),  # DWSNet layers and models (`dws` re-exports them);
+    # NFN-NP/HNP, the neural graphs and ScaleGMN beside them
     ("dws.baselines",),  # the paper's baselines (alignment derives its training store)
+    ("dws.canonical",),  # canonical forms under the symmetries, as store transforms (`zoo derive`)
     ("dws.tasks",),  # training and evaluation on stores: options, tasks, run directories, launching
     ("pipelines",),  # one command per paper result
     ("cli", "benchmarks"),  # entry points

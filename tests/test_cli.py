@@ -144,7 +144,7 @@ def test_train_offers_what_the_registries_build_with_the_options_defaults():
     from dws.baselines import BASELINES
     from dws.tasks import objectives, options
 
-    assert options.MODELS == ("dwsnet", *BASELINES, *options.NFN_MODELS)
+    assert options.MODELS == ("dwsnet", *BASELINES, *options.NFN_MODELS, *options.NG_MODELS, *options.SCALEGMN_MODELS)
     assert options.TASKS == tuple(objectives.TASKS)
     params = {p.name: p for p in main.commands["train"].params}
     assert set(params) == {"store"} | set(options.DEFAULTS) - {"progress", "pool"}

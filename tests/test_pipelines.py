@@ -75,7 +75,8 @@ def test_a_pipeline_run_again_reuses_finished_models_and_retrains_changed_ones(t
     from dws.tasks.rundir import finished_run
 
     run_dir = tmp_path / "runs" / "smoke-mnist-inr-dwsnet-classify"
-    options = dict(model="dwsnet", task="classify", out=str(run_dir), **scales["smoke"].train)
+    options = dict(model="dwsnet", task="classify", out=str(run_dir), normalize=common.RECORDED_NORMALIZATION,
+                   **scales["smoke"].train)
     assert finished_run(TrainOptions(store=str(moved), **options)) is None
     moved.rename(store)
     assert finished_run(TrainOptions(store=str(store), **options))["run_dir"] == str(run_dir)

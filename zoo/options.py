@@ -5,6 +5,7 @@ settings than the interrupted work's is refused with every difference named."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -107,3 +108,51 @@ def settings_diff(stored, asked, prefix: str = "", labels: tuple[str, str] = ("s
             lines += settings_diff(stored.get(key), asked.get(key), f"{prefix}{key}.", labels)
         return lines
     return [] if stored == asked else [f"{prefix.rstrip('.')}: {labels[0]} {stored!r}, {labels[1]} {asked!r}"]
+
+
+# ------------------------------------------------------------------------------------ memory
+# The default --max-memory: a fixed size, not a fraction of the memory free when a command starts,
+# because the budget decides whether a split is held or streamed and how large a shuffle window is,
+# which decides a training's data order: the same command must train the same way on any machine
+# and at any moment. 4 GiB runs beside other work on a laptop and holds small zoos whole.
+DEFAULT_MAX_MEMORY = 4 * 2**30
+# What a `zoo` process holds before it reads any network: the interpreter, PyTorch, pyarrow, zarr,
+# the project's modules and matplotlib for a run's figures (measured: ~320 MiB peak after the
+# imports of `zoo train`), with room for the allocators' slack.
+RUNTIME_BYTES = 512 * 2**20
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*", re.IGNORECASE)
+
+
+def parse_size(text: str | int, flag: str = "--max-memory") -> int:
+    """Bytes of a size written ``8G``, ``512M``, ``1.5GiB``, ``4096`` (binary units: ``G`` is 2**30).
+    ValueError naming ``flag`` for anything else, or for a size below one byte."""
+    if isinstance(text, int):
+        size = text
+    else:
+        match = _SIZE.fullmatch(str(text))
+        if match is None:
+            raise ValueError(f"{flag} {text!r} is not a size: write e.g. 8G, 512M, 1.5G or a number of bytes")
+        size = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if size < 1:
+        raise ValueError(f"{flag} must be at least one byte, got {text!r}")
+    return size
+
+
+def format_size(size: int) -> str:
+    """``size`` bytes for people: ``4.0 GiB``, ``420 MiB``, ``12 KiB``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{size} B"
+
+
+def require_memory(flag: str, budget: int, needs: dict[str, int], what: str) -> None:
+    """ValueError in one line when ``budget`` bytes cannot hold ``needs`` (``{what it is: bytes}``,
+    the least ``what`` holds at once), saying the minimum and what it is made of."""
+    least = sum(needs.values())
+    if budget < least:
+        parts = ", ".join(f"{name} {format_size(size)}" for name, size in needs.items())
+        raise ValueError(f"{flag} {format_size(budget)} is too small: {what} needs at least {format_size(least)} "
+                         f"({parts}); raise {flag}")

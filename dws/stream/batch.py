@@ -89,8 +89,10 @@ def arrays_from_weightspace(ws: WeightSpace) -> dict[str, np.ndarray]:
 def rebatch(blocks, batch_size: int, drop_last: bool):
     """Cut a stream of :class:`Batch` blocks of any sizes into batches of exactly ``batch_size``.
 
-    Only the batch that straddles two blocks is copied; the others are views. The last, shorter
-    batch is yielded unless ``drop_last``.
+    Only the batch that straddles two blocks is copied; the others are views. The last batch cut
+    before the next block is read, and the rest left over, are copied too, so that nothing holds the
+    spent block (a whole shuffle window) while the next is read. The last, shorter batch is yielded
+    unless ``drop_last``.
     """
     pending: list[Batch] = []
     count = 0
@@ -99,18 +101,30 @@ def rebatch(blocks, batch_size: int, drop_last: bool):
             continue
         pending.append(block)
         count += len(block)
+        del block
         while count >= batch_size:
-            pieces, need = [], batch_size
-            while need:
-                head = pending[0]
-                if len(head) <= need:
-                    pieces.append(pending.pop(0))
-                    need -= len(head)
-                else:
-                    pieces.append(head.slice(0, need))
-                    pending[0] = head.slice(need, len(head))
-                    need = 0
+            batch = _take(pending, batch_size)
             count -= batch_size
-            yield Batch.cat(pieces)
+            if count < batch_size:  # the next block is read next: let go of this one
+                batch = batch._map(torch.clone)
+                pending = [part._map(torch.clone) for part in pending]
+            yield batch
+            del batch
     if count and not drop_last:
         yield Batch.cat(pending)
+
+
+def _take(pending: list[Batch], size: int) -> Batch:
+    """The first ``size`` networks of the ``pending`` blocks (views where one block has them all),
+    removed from ``pending``."""
+    pieces = []
+    while size:
+        head = pending[0]
+        if len(head) <= size:
+            pieces.append(pending.pop(0))
+            size -= len(head)
+        else:
+            pieces.append(head.slice(0, size))
+            pending[0] = head.slice(size, len(head))
+            size = 0
+    return Batch.cat(pieces)

@@ -4,11 +4,13 @@ Two modes, chosen automatically by the split's size against ``ram_budget``:
 
 * **in memory**: the split is read once; each epoch is a fresh permutation (``torch.Generator``
   seeded by ``(seed, epoch)``) and batches are gathered from it.
-* **streaming**: chunks are read in a shuffled order, a few at a time (``buffer_chunks``) into a
-  shuffle window (see :mod:`dws.stream.windows`). With ``num_workers > 0`` the windows are read,
-  augmented and normalized in ``DataLoader`` worker processes (processes, not threads: the
-  per-sample augmentation and normalization are Python/torch work that would contend for the
-  GIL); the main process only cuts the windows into batches.
+* **streaming**: chunks are read in a shuffled order, a few at a time (``buffer_chunks``; by default
+  as many as fit in ``ram_budget``, :mod:`dws.stream.memory`) into a shuffle window (see
+  :mod:`dws.stream.windows`); an unshuffled split is read one chunk at a time. With
+  ``num_workers > 0`` the windows are read, augmented and normalized in ``DataLoader`` worker
+  processes (processes, not threads: the per-sample augmentation and normalization are
+  Python/torch work that would contend for the GIL); the main process only cuts the windows into
+  batches.
 
 Either way an epoch visits every network of the split exactly once, the sequence of batches
 depends on ``seed`` and the epoch number only (not on ``num_workers``), and augmentation is
@@ -19,7 +21,6 @@ other than ``ok``, see :mod:`dws.stream.rows`) are left out unless ``only_ok=Fal
 from __future__ import annotations
 
 import copy
-import math
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -29,7 +30,8 @@ from torch.utils.data import DataLoader
 
 from zoo.store import StoreError, WeightStore
 
-from .batch import Batch, rebatch, weightspace_from_arrays
+from .batch import Batch, rebatch
+from .memory import network_bytes, window_chunks
 from .normalize import Normalizer
 from .rows import excluded, usable_mask, view_mask
 from .targets import read_targets, target_names
@@ -48,11 +50,16 @@ class WeightStoreLoader:
             float32 ``[B]``, ``"amplitude,frequency"`` -> float32 ``[B, 2]``; None: the manifest's targets.
         shuffle: False reads the split in index order (evaluation).
         seed: with the epoch number, fixes the order and the augmentation draws.
-        normalize: apply the store's ``(value - mean) / std`` statistics.
+        normalize: apply the store's ``(value - mean) / std`` statistics, or a given
+            :class:`~dws.stream.normalize.Normalizer`'s (e.g. orbit statistics, :mod:`dws.stream.orbit`).
         augment: ``aug(ws, generator) -> ws`` on raw weights (:mod:`dws.stream.augment`).
         num_workers: streaming worker processes (0: read in this process). Ignored in memory.
-        buffer_chunks: chunks per shuffle window when streaming.
+        buffer_chunks: chunks per shuffle window when streaming; None: as many whole chunks as the
+            windows in flight fit in ``ram_budget`` (:func:`~dws.stream.memory.window_chunks`), and one
+            for an unshuffled split (its batches are the same for any window).
         in_memory: force a mode; None chooses memory when the split fits in ``ram_budget`` bytes.
+        ram_budget: bytes of networks this loader may hold: the split, or its shuffle windows (what a
+            whole process holds is split by :func:`dws.stream.memory.plan_memory`).
         pin_memory: pin each batch (for fast copies to an accelerator).
         limit: use only the split's first ``limit`` networks (training-set-size sweeps; stores are
             laid out in source order, so for shuffled sources this is a random subset).
@@ -71,11 +78,11 @@ class WeightStoreLoader:
         target: str | Sequence[str] | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        normalize: bool = True,
+        normalize: bool | Normalizer = True,
         augment=None,
         drop_last: bool = False,
         num_workers: int = 0,
-        buffer_chunks: int = 4,
+        buffer_chunks: int | None = None,
         in_memory: bool | None = None,
         ram_budget: int = DEFAULT_RAM_BUDGET,
         pin_memory: bool = False,
@@ -83,7 +90,7 @@ class WeightStoreLoader:
         only_ok: bool = True,
         views: int | None = None,
     ):
-        if batch_size < 1 or buffer_chunks < 1 or num_workers < 0:
+        if batch_size < 1 or (buffer_chunks is not None and buffer_chunks < 1) or num_workers < 0:
             raise ValueError(f"need batch_size >= 1, buffer_chunks >= 1, num_workers >= 0; got "
                              f"{batch_size}, {buffer_chunks}, {num_workers}")
         self.store = store if isinstance(store, WeightStore) else WeightStore(store)
@@ -110,9 +117,14 @@ class WeightStoreLoader:
                              f"nothing to load")
         self.target_names = target_names(self.store, target)
         self.targets = read_targets(self.store, self.target_names, self.start, self.stop, self.keep)
-        self.normalizer = Normalizer.from_store(self.store) if normalize else None
+        self.normalizer = (normalize if isinstance(normalize, Normalizer) else
+                           Normalizer.from_store(self.store) if normalize else None)
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.augment, self.num_workers, self.pin_memory = augment, num_workers, pin_memory
+        self._asked_chunks, self.ram_budget = buffer_chunks, ram_budget  # (for variants)
+        if buffer_chunks is None:
+            chunk_bytes = self.store.chunk_size * network_bytes(self.store)
+            buffer_chunks = window_chunks(ram_budget, chunk_bytes, num_workers) if shuffle else 1
         self.buffer_chunks = buffer_chunks
         self.epoch = 0
         self.in_memory = self.split_bytes <= ram_budget if in_memory is None else bool(in_memory)
@@ -120,7 +132,7 @@ class WeightStoreLoader:
             self._data = self._load_split()
         else:
             self._stream = WindowStream(
-                self.store.root, split_pieces(self.store, split, self.stop), self.start, self.targets,
+                self.store, split_pieces(self.store, split, self.stop), self.start, self.targets,
                 buffer_chunks=buffer_chunks, shuffle=shuffle, seed=seed,
                 normalizer=self.normalizer, augment=augment,
                 keep=None if self.keep is None else torch.from_numpy(self.keep),
@@ -139,8 +151,7 @@ class WeightStoreLoader:
     @property
     def split_bytes(self) -> int:
         """Size of the split's parameters in memory (float32)."""
-        per_network = sum(math.prod(shape) for shape in self.store.manifest["parameters"].values())
-        return 4 * per_network * self.num_networks
+        return network_bytes(self.store) * self.num_networks
 
     def __len__(self) -> int:
         """Batches per epoch (the same for every epoch and worker count)."""
@@ -183,8 +194,8 @@ class WeightStoreLoader:
         if not self.in_memory or (augment is not None and self._data_normalized):
             return WeightStoreLoader(
                 self.store, self.split, batch_size=self.batch_size, target=self.target_names, shuffle=shuffle,
-                seed=self.seed, normalize=self.normalizer is not None, augment=augment, drop_last=drop_last,
-                num_workers=self.num_workers, buffer_chunks=self.buffer_chunks,
+                seed=self.seed, normalize=self.normalizer or False, augment=augment, drop_last=drop_last,
+                num_workers=self.num_workers, buffer_chunks=self._asked_chunks, ram_budget=self.ram_budget,
                 in_memory=self.in_memory, pin_memory=self.pin_memory, limit=self.stop - self.start,
                 only_ok=self.only_ok, views=self.views,
             )
@@ -193,11 +204,11 @@ class WeightStoreLoader:
         return other
 
     def _load_split(self) -> Batch:
-        arrays = self.store.read(self.start, self.stop)
-        if self.keep is not None:
-            arrays = {name: values[self.keep] for name, values in arrays.items()}
-        index = torch.arange(self.start, self.stop) if self.rows is None else self.rows
-        data = Batch(weightspace_from_arrays(arrays), self.targets, index)
+        """The split as one block, read chunk by chunk into place (held once plus one chunk, not twice)."""
+        pieces = split_pieces(self.store, self.split, self.stop)
+        reader = WindowStream(self.store, pieces, self.start, self.targets, buffer_chunks=len(pieces), shuffle=False,
+                              seed=self.seed, keep=None if self.keep is None else torch.from_numpy(self.keep))
+        data = reader.load(0, pieces, 0)
         self._data_normalized = self.augment is None and self.normalizer is not None
         if self._data_normalized:  # nothing random: normalize once
             data = prepare(data, None, self.normalizer, None)
@@ -219,7 +230,8 @@ class WeightStoreLoader:
         if self.num_workers == 0:
             blocks = iter(self._stream)
         else:
-            blocks = iter(DataLoader(self._stream, batch_size=None, num_workers=self.num_workers))
+            # one window queued per worker (dws.stream.memory.windows_in_flight counts them)
+            blocks = iter(DataLoader(self._stream, batch_size=None, num_workers=self.num_workers, prefetch_factor=1))
         return rebatch(blocks, self.batch_size, self.drop_last)
 
     def __repr__(self) -> str:

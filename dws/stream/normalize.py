@@ -2,7 +2,9 @@
 
 The statistics are ``(mean, std)`` per parameter entry over the train split
 (``WeightStore.stats()``); a batch is normalized as ``(value - mean) / std``. The inverse is needed
-wherever a model's output is itself a network that must be evaluated with raw weights.
+wherever a model's output is itself a network that must be evaluated with raw weights. Statistics
+pooled over a model's symmetry (:mod:`dws.stream.orbit`, ``zoo train --normalize orbit``) are applied
+the same way, through :meth:`Normalizer.from_stats`.
 """
 
 from __future__ import annotations

@@ -38,14 +38,23 @@ def split_pieces(store: WeightStore, split: str, stop: int | None = None) -> lis
     return [(max(lo, start), min(lo + size, stop)) for lo in range(first, stop, size)]
 
 
-def prepare(batch: Batch, augment, normalizer, generator) -> Batch:
+def prepare(batch: Batch, augment, normalizer, generator, piece: int | None = None) -> Batch:
     """Augment raw weights (geometric INR augmentations are exact only there), then normalize.
 
     Normalizes in place: every caller hands over a batch it owns (fresh from the store, or a
-    gathered copy) and keeps only the result, so the batch is held once, not twice.
+    gathered copy) and keeps only the result, so the batch is held once, not twice. ``piece``:
+    augment ``piece`` networks at a time (drawing from ``generator`` in turn) and write them back
+    in place, so an augmentation's temporaries of a whole shuffle window are those of one piece.
     """
     ws = batch.ws
-    if augment is not None:
+    if augment is not None and piece is not None and len(batch) > piece:
+        for lo in range(0, len(batch), piece):
+            part = ws.map(lambda t: t[lo : lo + piece])
+            done = augment(part, generator)
+            for out, values in zip((*part.weights, *part.biases), (*done.weights, *done.biases)):
+                out.copy_(values)
+            del part, done
+    elif augment is not None:
         ws = augment(ws, generator)
     if normalizer is not None:
         ws = normalizer.normalize(ws, in_place=True)
@@ -56,23 +65,31 @@ class WindowStream(IterableDataset):
     """Yields one prepared :class:`Batch` per shuffle window (this worker's share of the windows).
 
     ``targets`` covers the split (row 0 is network ``split_start``), or with ``keep`` (a bool mask
-    over the split) the networks it keeps, which are the only ones read out. Set :attr:`epoch`
+    over the split) the networks it keeps, which are the only ones read out. ``store``: a store's
+    root, or the open store (read in this process; a worker process opens its own). Set :attr:`epoch`
     before iterating; workers receive a copy of this object when a ``DataLoader`` starts them.
     """
 
-    def __init__(self, root, pieces, split_start: int, targets: torch.Tensor, *, buffer_chunks: int,
+    def __init__(self, store, pieces, split_start: int, targets: torch.Tensor, *, buffer_chunks: int,
                  shuffle: bool, seed: int, normalizer=None, augment=None, keep: torch.Tensor | None = None):
         super().__init__()
         if keep is not None:  # targets by position in the split; left-out positions are never read
             padded = targets.new_zeros((len(keep), *targets.shape[1:]))
             padded[keep] = targets
             targets = padded
-        self.root, self.pieces, self.split_start, self.targets = str(root), pieces, split_start, targets
+        opened = isinstance(store, WeightStore)
+        self.root = str(store.root if opened else store)
+        self.pieces, self.split_start, self.targets = pieces, split_start, targets
         self.keep = keep
         self.buffer_chunks, self.shuffle, self.seed = buffer_chunks, shuffle, seed
         self.normalizer, self.augment = normalizer, augment
         self.epoch = 0
-        self._store, self._pid = None, None
+        self._store, self._pid = (store, os.getpid()) if opened else (None, None)
+
+    @property
+    def piece(self) -> int:
+        """Networks augmented at a time: half the largest chunk (within the room of a chunk being read)."""
+        return max(1, max(hi - lo for lo, hi in self.pieces) // 2)
 
     def windows(self, epoch: int) -> list[list[tuple[int, int]]]:
         order = range(len(self.pieces))
@@ -111,7 +128,7 @@ class WindowStream(IterableDataset):
         generator = derived_generator(self.seed, epoch, WINDOW, k)
         if total == 0 or (len(window) == 1 and not self.shuffle):  # nothing to gather: the chunk as read
             block = self._part(*window[0])
-            return block if total == 0 else prepare(block, self.augment, self.normalizer, generator)
+            return block if total == 0 else prepare(block, self.augment, self.normalizer, generator, self.piece)
         # block[i] = (the window's networks in chunk order)[order[i]]: network j goes to row rows[j]
         order = torch.randperm(total, generator=generator) if self.shuffle else torch.arange(total)
         rows = torch.empty_like(order)
@@ -125,7 +142,7 @@ class WindowStream(IterableDataset):
                 block.index_copy_(rows[start : start + size], part)
                 del part  # before the next chunk is read
             start += size
-        return prepare(block, self.augment, self.normalizer, generator)
+        return prepare(block, self.augment, self.normalizer, generator, self.piece)
 
     def __iter__(self):
         info = get_worker_info()

@@ -1,6 +1,6 @@
-"""Models by name for ``zoo train``: DWSNet, the baselines and the NFNs (``nfn-np``, ``nfn-hnp``,
-:mod:`dws.nfn`), sized to the same capacity, and the optional hooks through which a model asks for
-its inputs to be transformed.
+"""Models by name for ``zoo train``: DWSNet, the baselines, the NFNs (``nfn-np``, ``nfn-hnp``,
+:mod:`dws.nfn`) and the neural graphs (``ng-gnn``, ``ng-transformer``, :mod:`dws.ng`), sized to the
+same capacity, and the optional hooks through which a model asks for its inputs to be transformed.
 
 The paper sizes every baseline to the DWSNet's parameter count; ``build_model`` does the same
 (the DWSNet is built first, then each baseline is sized to its count). With ``equivariant=True``
@@ -32,13 +32,15 @@ from dws.baselines import BASELINES, build_baseline, count_params
 from dws.baselines.sizing import size_to_params
 from dws.nfn import NFNInvariant
 from dws.nfn.models import paper_ratios
+from dws.ng import NGGNN, NGTransformer, gnn_ratios, transformer_ratios
 from dws.nn import DWSNetEquivariant, DWSNetInvariant
 from dws.nn.fast import accelerate
+from dws.scalegmn import PAPER_HIDDEN, ScaleGMNInvariant, symmetry_of
 from dws.weightspace import WeightSpace
 from zoo.store import WeightStore
 
 from .adaptation import OUTPUT_INIT_SCALE, ResidualAdapter, small_output
-from .options import ADAPT_MODELS, NFN_MODELS
+from .options import ADAPT_MODELS, MODEL_DEFAULTS, NFN_MODELS, NG_MODELS, SCALEGMN_MODELS
 
 
 MAX_PARAMS = 200_000_000  # ~0.8 GB of float32 parameters, ~3 GB with gradients and AdamW's moments
@@ -54,17 +56,19 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
                 num_layers: int = 4, dropout: float = 0.0, bn: bool = True, blocks: str = "all",
                 pool: str = "max", input_reduction: int | None = None, equivariant: bool = False,
                 target_scale: Sequence[Sequence[float]] | None = None, params_rtol: float = 0.15,
-                backend: str = "auto") -> tuple[nn.Module, dict]:
+                backend: str = "auto", activation: str | None = None) -> tuple[nn.Module, dict]:
     """The model and a description (name, parameter count, DWSNet count it was sized to); the DWSNet
     runs on ``backend`` (:func:`dws.nn.fast.accelerate`: same function, different speed).
 
     ``input_reduction`` is the DWSNet's ``d_0'`` (its first layer's inputs mapped by ``LIN(d_0, d_0')``);
     a baseline is sized to that DWSNet, as to its channels and layers. ``equivariant``: a model whose
     output is a residual weight space (``--task adapt``). ``target_scale`` (``[means, stds]``, one per
-    output): the model's outputs are read as standardized targets (:class:`TargetScale`).
+    output): the model's outputs are read as standardized targets (:class:`TargetScale`). ``activation``:
+    the networks' (the store manifest's), which ScaleGMN's symmetry follows; the other models ignore it.
     """
-    if name != "dwsnet" and name not in BASELINES and name not in NFN_MODELS:
-        raise ValueError(f"unknown model {name!r}; choose from dwsnet, {', '.join(BASELINES + NFN_MODELS)}")
+    if name != "dwsnet" and name not in BASELINES and name not in NFN_MODELS + NG_MODELS + SCALEGMN_MODELS:
+        raise ValueError(f"unknown model {name!r}; choose from dwsnet, "
+                         f"{', '.join(BASELINES + NFN_MODELS + NG_MODELS + SCALEGMN_MODELS)}")
     if equivariant and name not in ADAPT_MODELS:
         raise ValueError(f"{name} outputs a vector, not a weight space; choose from {', '.join(ADAPT_MODELS)}")
     kwargs = dwsnet_kwargs(hidden_channels, num_layers, dropout, bn, blocks, pool, input_reduction)
@@ -90,6 +94,19 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
             lambda channels: NFNInvariant(widths, out_features, mode=mode, dropout=dropout, **paper_ratios(channels)),
             target, width_arg="channels", hi=1024, rtol=params_rtol)
         desc = {"model": name, "params": params, "sized_to": target}
+    elif name in NG_MODELS:  # the reference INR classifiers' proportions, their width sized to the DWSNet
+        make = {"ng-gnn": lambda c: NGGNN(widths, out_features, dropout=dropout, **gnn_ratios(c)),
+                "ng-transformer": lambda c: NGTransformer(widths, out_features, dropout=dropout,
+                                                          **transformer_ratios(c))}[name]
+        model, params = size_to_params(lambda width: make(width), target, width_arg="width", hi=1024,
+                                       multiple_of=2, rtol=params_rtol)
+        desc = {"model": name, "params": params, "sized_to": target}
+    elif name in SCALEGMN_MODELS:  # the paper's d = 128 at the DWSNet's default channels, in proportion otherwise
+        width = max(1, round(PAPER_HIDDEN * hidden_channels / MODEL_DEFAULTS["hidden_channels"]))
+        model = ScaleGMNInvariant(widths, out_features, symmetry_of(activation), dropout=dropout, hidden=width,
+                                  variant="bidirectional" if name == "scalegmn-b" else "forward")
+        desc = {"model": name, "params": count_params(model), "dwsnet_params": target, "width": width,
+                "symmetry": model.symmetry}
     else:
         model = build_baseline(name, widths, None if equivariant else out_features, target_params=target,
                                params_rtol=params_rtol, dropout=dropout,

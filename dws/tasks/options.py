@@ -11,13 +11,34 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from zoo.options import require_at_least, require_positive
+from zoo.options import DEFAULT_MAX_MEMORY, require_at_least, require_positive
 
 # the models and tasks `zoo train` offers; dws.tasks.models and dws.tasks.objectives build them
 # (tests/test_train.py checks that the three agree)
-MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer", "stats", "nfn-np", "nfn-hnp")
+MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer", "stats", "nfn-np", "nfn-hnp",
+          "ng-gnn", "ng-transformer", "scalegmn", "scalegmn-b")
 # Zhou et al.'s neural functionals (dws/nfn), sized to the DWSNet like the baselines; invariant only for now
 NFN_MODELS = ("nfn-np", "nfn-hnp")
+# Kofinas et al.'s neural graphs (dws/ng): PNA and the relational transformer, sized to the DWSNet; invariant only
+NG_MODELS = ("ng-gnn", "ng-transformer")
+# Kalogeropoulos et al.'s ScaleGMN (dws/scalegmn): forward and bidirectional; invariant only; the paper's width
+# (128 at the DWSNet's default 48 channels, in proportion otherwise) and the symmetry of the store's activation
+SCALEGMN_MODELS = ("scalegmn", "scalegmn-b")
+# The symmetry each model is exactly invariant (or equivariant) to, which --normalize orbit pools the
+# statistics over (dws.stream.orbit): "permutation": hidden-neuron permutations; "permutation+scale":
+# also the activation's own neuron scaling (sign flips for sine and tanh, positive scales for ReLU);
+# None: no claim (the baselines; mlp-perm and mlp-align only approximate permutation invariance, and
+# stats, invariant by construction, undoes the per-entry normalization it keeps before summarizing).
+# tests/test_normalize_orbit.py checks that every name in MODELS has an entry.
+CLAIMED_SYMMETRY = {
+    "dwsnet": "permutation", "nfn-np": "permutation", "nfn-hnp": "permutation",
+    "ng-gnn": "permutation", "ng-transformer": "permutation",
+    "scalegmn": "permutation+scale", "scalegmn-b": "permutation+scale",
+    "mlp": None, "mlp-perm": None, "mlp-align": None, "inr2vec": None, "transformer": None, "stats": None,
+}
+# --normalize: per-entry statistics of the train split (DWSNets' code; the recorded numbers), or those
+# statistics pooled over the claimed symmetry's orbits, so normalization commutes with it
+NORMALIZATIONS = ("entry", "orbit")
 TASKS = ("classify", "regress", "ssl", "adapt")
 ADAPT_MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align")  # the models whose output can be a weight space
 # the DWSNet's size when --hidden-channels / --input-reduction are not given: the INR classifier's
@@ -77,6 +98,9 @@ class TrainOptions:
     resume: bool = True  # continue an unfinished run in the run directory (same settings); False: start over
     data_root: str | None = None  # adapt: the classifiers' images (default: the folder the store recorded)
     image_batch: int = 128  # adapt: images per classifier and step
+    # bytes the process may hold (dws.stream.memory.plan_memory): which splits are held, the shuffle window's size
+    max_memory: int = DEFAULT_MAX_MEMORY
+    normalize: str | None = None  # NORMALIZATIONS; None: orbit where the model claims a symmetry, else entry
 
 
 DEFAULTS = {f.name: f.default for f in fields(TrainOptions) if f.name != "store"}
@@ -99,7 +123,7 @@ def check_options(opts: TrainOptions) -> None:
                       "--patience": (opts.patience, 1), "--train-limit": (opts.train_limit, 1),
                       "--train-views": (opts.train_views, 1),
                       "--precise-bn": (opts.precise_bn, 0), "--input-reduction": (opts.input_reduction, 1),
-                      "--image-batch": (opts.image_batch, 1)})
+                      "--image-batch": (opts.image_batch, 1), "--max-memory": (opts.max_memory, 1)})
     require_positive("--lr", opts.lr)
     if not 0 <= opts.dropout < 1:
         raise ValueError(f"--dropout must be in [0, 1), got {opts.dropout}")
@@ -122,6 +146,7 @@ def check_options(opts: TrainOptions) -> None:
         for flag, name in (("--data-root", "data_root"), ("--image-batch", "image_batch")):
             if getattr(opts, name) != DEFAULTS[name]:
                 raise ValueError(f"{flag} is an option of --task adapt (the classifiers' images)")
+    check_normalization(opts)
     if opts.address is not None and opts.workers < 2:
         raise ValueError(f"--address {opts.address} joins a Ray cluster for data-parallel training, which needs "
                          f"--workers N with N > 1 (got --workers {opts.workers})")
@@ -136,9 +161,32 @@ def with_task_defaults(opts: TrainOptions) -> TrainOptions:
     return store_defaults(opts)[0]
 
 
+def check_normalization(opts: TrainOptions) -> None:
+    """``--normalize``: one of NORMALIZATIONS; orbit only for a model that claims a symmetry; none for adapt."""
+    if opts.normalize is None:
+        return
+    if opts.normalize not in NORMALIZATIONS:
+        raise ValueError(f"--normalize {opts.normalize!r} is not one of {', '.join(NORMALIZATIONS)}")
+    if opts.task == "adapt":
+        raise ValueError("--normalize does not apply to --task adapt: its models take raw networks (the adapter "
+                         "normalizes each tensor itself); drop --normalize")
+    if opts.normalize == "orbit" and CLAIMED_SYMMETRY.get(opts.model) is None:
+        raise ValueError(f"--normalize orbit pools the statistics over the symmetry a model claims, and --model "
+                         f"{opts.model} claims none; use --normalize entry")
+
+
+def default_normalization(opts: TrainOptions) -> TrainOptions:
+    """``opts`` with ``--normalize`` resolved: orbit where the model claims a symmetry, else entry
+    (adapt: left unset, its models take raw networks)."""
+    if opts.normalize is not None or opts.task == "adapt":
+        return opts
+    return replace(opts, normalize="orbit" if CLAIMED_SYMMETRY.get(opts.model) else "entry")
+
+
 def store_defaults(opts: TrainOptions) -> tuple[TrainOptions, str | None]:
     """:func:`with_task_defaults`'s options, and one line saying what followed the store (None when
     nothing did). Reads the store's manifest (not its networks) where something is left unset."""
+    opts = default_normalization(opts)  # the model's, not the store's
     unset = {name for name in ("task", "target", "hidden_channels", "input_reduction", "augment")
              if getattr(opts, name) is None}
     if not unset:

@@ -19,7 +19,9 @@ from typing import Callable
 
 from torch import nn
 
-from dws.stream import WeightStoreLoader, describe_excluded, excluded, inr_augmentation, usable_mask
+from dws.stream import Normalizer, WeightStoreLoader, describe_excluded, excluded, inr_augmentation, usable_mask
+from dws.stream.orbit import normalization_statistics
+from dws.stream.memory import MemoryPlan, model_bytes, plan_memory
 from dws.stream.rows import view_mask
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
@@ -29,7 +31,7 @@ from zoo.store import StoreError, WeightStore
 from .checkpoint import RunCheckpoints
 from .models import build_model, training_store
 from .objectives import Task, get_task
-from .options import TrainOptions, default_run_dir, with_task_defaults
+from .options import CLAIMED_SYMMETRY, TrainOptions, default_run_dir, with_task_defaults
 
 
 class FirstBatches:
@@ -71,6 +73,9 @@ class PreparedRun:
     device: str
     augment: Callable | None = None  # the training augmentation (None: --no-augment)
     checkpoints: RunCheckpoints | None = None  # where each training's state is saved, to resume
+    # {name: (mean, std)} the loaders normalize with (--normalize; best.pt keeps them); None: raw networks
+    statistics: dict | None = None
+    memory: MemoryPlan | None = None  # which splits are held and the shuffle window (--max-memory); None: each loader's default
 
     def build_model(self, log=print) -> tuple[nn.Module, dict]:
         """A freshly initialized model (seed the global RNG first), ready for ``data_store``'s networks."""
@@ -83,14 +88,18 @@ class PreparedRun:
         """``train``, ``val``, ``test`` (and ``probe`` / ``calibrate`` where used) for one seed."""
         opts, task = self.opts, self.task
         common = dict(batch_size=opts.batch_size, target=task.target, seed=seed, num_workers=opts.loader_workers,
-                      normalize=not task.outputs_weights)  # a residual-weight model takes raw networks
+                      normalize=False if self.statistics is None else Normalizer.from_stats(self.statistics))
+        served = {name: {} if self.memory is None else self.memory.splits[name].loader_options()
+                  for name in ("train", "val", "test")}
         train = WeightStoreLoader(self.data_store, "train", shuffle=True, augment=self.augment,
-                                  drop_last=task.full_batches, limit=opts.train_limit, views=opts.train_views, **common)
+                                  drop_last=task.full_batches, limit=opts.train_limit, views=opts.train_views,
+                                  **served["train"], **common)
         evaluated = None if opts.train_views is None else 1  # --train-views: the same val/test networks for every K
         out = {
             "train": train,
-            "val": WeightStoreLoader(self.data_store, "val", shuffle=False, views=evaluated, **common),
-            "test": WeightStoreLoader(self.data_store, "test", shuffle=False, views=evaluated, **common),
+            "val": WeightStoreLoader(self.data_store, "val", shuffle=False, views=evaluated, **served["val"], **common),
+            "test": WeightStoreLoader(self.data_store, "test", shuffle=False, views=evaluated, **served["test"],
+                                      **common),
         }
         # the train split un-augmented (as evaluated), sharing the training loader's arrays in memory
         if task.probe:
@@ -183,7 +192,8 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     checkpoints.check()
     num_classes, out_features = task.num_classes(store), task.output_size(store)
     model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
-                        bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=opts.input_reduction)
+                        bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=opts.input_reduction,
+                        activation=store.manifest["architecture"].get("activation"))  # ScaleGMN's symmetry follows it
     if task.outputs_weights:
         model_kwargs["equivariant"] = True
     scale = task.target_scale(store, *ranges["train"]) if opts.standardize_target else None
@@ -191,9 +201,22 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
         model_kwargs["target_scale"] = scale
     # refuses what cannot be built (plain: no kernel build for a check)
     model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs, backend="plain")
+    def plan(reading: WeightStore) -> MemoryPlan:  # refuses a budget below one chunk and one batch
+        return plan_memory(opts.max_memory, reading, {split: stop - start for split, (start, stop) in ranges.items()},
+                           shuffled="train", batch_size=opts.batch_size, model_bytes=model_bytes(model),
+                           training=True, workers=opts.loader_workers)
+
+    memory = plan(store)
     if (run_dir / "metrics.json").exists() and not checkpoints.unfinished():
         log(f"note: {run_dir} holds an earlier run; this one replaces it when it finishes")
     data_store = training_store(model, store, run_dir, log)
+    if data_store is not store:  # (its chunks may differ)
+        memory = plan(data_store)
+    if not all(split.in_memory for split in memory.splits.values()):
+        log(memory.describe())
     augment = default_augmentation(store) if opts.augment and not task.outputs_weights else None
+    # a residual-weight model (adapt) takes raw networks
+    statistics = None if task.outputs_weights else normalization_statistics(
+        data_store.stats(), opts.normalize, CLAIMED_SYMMETRY.get(opts.model))
     return PreparedRun(opts, store, task, run_dir, num_classes, out_features, model_kwargs, data_store,
-                       resolve_device(opts.device), augment, checkpoints)
+                       resolve_device(opts.device), augment, checkpoints, statistics, memory)

@@ -28,7 +28,9 @@ import torch
 from torch import nn
 
 from dws.stream import Normalizer, WeightStoreLoader
+from dws.stream.memory import model_bytes, plan_memory
 from dws.weightspace import WeightSpace
+from zoo.options import DEFAULT_MAX_MEMORY
 from zoo.store import StoreError, WeightStore
 
 from .models import build_model, evaluation_transform
@@ -65,7 +67,8 @@ def write_run(run: PreparedRun, outcome: dict, log=print) -> dict:
     (run_dir / "config.json").write_text(json.dumps(config, indent=2))
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     torch.save({"state_dict": best.state_dict, "config": config,
-                "stats": {k: [np.asarray(v[0]), np.asarray(v[1])] for k, v in run.data_store.stats().items()}},
+                "stats": {k: [np.asarray(v[0]), np.asarray(v[1])]  # what the loaders normalized with (--normalize)
+                          for k, v in (run.statistics or run.data_store.stats()).items()}},
                run_dir / "best.pt")
     plot_curves(metrics["history"], run.task.metric, run_dir / "curve.png")
     if run.task.scalar_predictions:
@@ -194,8 +197,9 @@ class LoadedRun:
     transform: Callable[[WeightSpace], WeightSpace] | None  # the model's evaluation_transform
 
     def loader(self, store: str | Path | WeightStore, split: str = "test", batch_size: int = 512,
-               shuffle: bool = False) -> WeightStoreLoader:
-        """``split`` of ``store`` as this model's inputs; refuses networks of another architecture."""
+               shuffle: bool = False, **served) -> WeightStoreLoader:
+        """``split`` of ``store`` as this model's inputs; refuses networks of another architecture.
+        ``served``: ``in_memory`` / ``buffer_chunks`` (:meth:`dws.stream.memory.SplitPlan.loader_options`)."""
         store = self.check(store if isinstance(store, WeightStore) else WeightStore(store))
 
         def inputs(ws, generator=None):
@@ -203,7 +207,7 @@ class LoadedRun:
             return ws if self.task.outputs_weights else self.normalizer.normalize(ws)  # adapters take raw networks
 
         return WeightStoreLoader(store, split, batch_size=batch_size, target=self.task.target, shuffle=shuffle,
-                                 normalize=False, augment=inputs)
+                                 normalize=False, augment=inputs, **served)
 
     def check(self, store: WeightStore) -> WeightStore:
         """``store``, if its networks have the architecture this run was trained on (else StoreError)."""
@@ -237,13 +241,17 @@ def load_run(run_dir: str | Path) -> LoadedRun:
 
 
 def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test", batch_size: int = 512,
-                 data_root: str | None = None) -> dict:
-    """Re-evaluate a run's best checkpoint on ``split`` of any compatible store."""
+                 data_root: str | None = None, max_memory: int = DEFAULT_MAX_MEMORY) -> dict:
+    """Re-evaluate a run's best checkpoint on ``split`` of any compatible store, holding at most
+    ``max_memory`` bytes (a split that does not fit is streamed chunk by chunk)."""
     run = load_run(run_dir)
-    store = WeightStore(store_path)
+    store = run.check(WeightStore(store_path))
     task = run.bind(store, data_root)
-    probe = run.loader(store, "train", batch_size) if task.probe else None
-    loader = run.loader(store, split, batch_size)
+    read = [split] + (["train"] if task.probe and split != "train" else [])
+    memory = plan_memory(max_memory, store, {name: len(range(*store.split_range(name))) for name in read},
+                         shuffled=None, batch_size=batch_size, model_bytes=model_bytes(run.model), training=False)
+    probe = run.loader(store, "train", batch_size, **memory.splits["train"].loader_options()) if task.probe else None
+    loader = run.loader(store, split, batch_size, **memory.splits[split].loader_options())
     metrics = evaluate(run.model, task, loader, "cpu", probe)
     left_out = {"excluded": dict(loader.excluded)} if loader.excluded else {}  # diverged networks (status)
     return {"run": str(run.run_dir), "store": str(store.root), "split": split, "networks": loader.num_networks,

@@ -22,24 +22,33 @@ def spec_of(store: WeightStore) -> SirenSpec:
 
 
 def summary(store: WeightStore) -> str:
+    """The ``zoo info`` lines; an imported zoo (``zoo import``) has no fitting record (PSNR, steps,
+    views, seed), so its lines say where it came from instead."""
     m = store.manifest
     arch = m["architecture"]
     table = store.networks
-    psnr = table.column("psnr").to_numpy()
-    steps = table.column("steps").to_numpy()
+    generation = m.get("generation", {})
+    imported = generation.get("import")
+    if imported:
+        origin = f"source     imported from the {imported['layout']} layout at {imported['path']}"
+    else:
+        origin = (f"source     {m['source'].get('source')}  ({plural(generation['views'], 'view')} per item, "
+                  f"seed {generation['seed']})")
     lines = [
         f"store      {store.root}  (format v{m['format_version']}, {m['status']})",
         f"kind       {m['kind']}: {m.get('description', '')}",
-        f"source     {m['source'].get('source')}  ({plural(m['generation']['views'], 'view')} per item, "
-        f"seed {m['generation']['seed']})",
+        origin,
         f"arch       {' -> '.join(map(str, arch['widths']))}  {arch['activation']}, w0 {arch['w0_per_layer']}, init {arch['init']}",
         f"networks   {m['num_networks']} in {plural(m['num_chunks'], 'chunk')} of {m['chunk_size']}",
         "splits     " + ", ".join(f"{s} {v['count']}" for s, v in m["splits"].items()),
-        "psnr (dB)  " + percentiles(psnr, 2),
-        f"steps      mean {steps.mean():.0f}, early-stopped {np.mean(steps < m['generation']['fit']['steps']) * 100:.1f}%"
-        + _fitted_by(table),
-        f"disk       {store.size_on_disk() / 2**20:.1f} MiB",
     ]
+    if "psnr" in table.column_names:
+        lines.append("psnr (dB)  " + percentiles(table.column("psnr").to_numpy(), 2))
+    if "steps" in table.column_names:
+        steps = table.column("steps").to_numpy()
+        lines.append(f"steps      mean {steps.mean():.0f}, early-stopped "
+                     f"{np.mean(steps < generation['fit']['steps']) * 100:.1f}%" + _fitted_by(table))
+    lines.append(f"disk       {store.size_on_disk() / 2**20:.1f} MiB")
     return "\n".join(lines)
 
 
@@ -90,12 +99,15 @@ def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = 
     indices = np.linspace(0, store.num_networks - 1, count).round().astype(int).tolist()  # spread over splits
     decoded = decode(store, indices)
     table = store.networks.take(indices).to_pydict()
-    src_name = store.manifest["generation"]["dataset"]
-    try:
-        source = get_source(src_name, root=data_root)
-    except DataError:  # source files not here: draw the INRs alone
-        log(f"note: the {src_name} files are not here (--data-root): drawing the INRs alone")
-        source = None
+    src_name = store.manifest["generation"].get("dataset")
+    source = None
+    if src_name is None or "source_item" not in table:  # an imported zoo that names no data set
+        log("note: this store does not name its source images: drawing the INRs alone")
+    else:
+        try:
+            source = get_source(src_name, root=data_root)
+        except DataError:  # source files not here: draw the INRs alone
+            log(f"note: the {src_name} files are not here (--data-root): drawing the INRs alone")
     columns, rows = min(count, COLUMNS), -(-count // COLUMNS)
     fig, axes = plt.subplots(2 * rows, columns, figsize=(1.6 * columns, 3.4 * rows), squeeze=False)
     for ax in axes.flat:
@@ -103,14 +115,14 @@ def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = 
         ax.set_yticks([])
     for k in range(count):
         inr, original = axes[2 * (k // COLUMNS), k % COLUMNS], axes[2 * (k // COLUMNS) + 1, k % COLUMNS]
-        split, item = table["split"][k], table["source_item"][k]
+        split = table["split"][k]
         if store.manifest["source"].get("kind") == "image":
             h, w, c = store.manifest["source"]["image_shape"]
             img = np.clip(decoded[k].reshape(h, w, c), 0, 1)
             inr.imshow(img.squeeze(-1) if c == 1 else img, cmap="gray", vmin=0, vmax=1)
             if source is not None:
                 sp = source.split(split)
-                pos = int(np.flatnonzero(sp.item_ids == item)[0])
+                pos = int(np.flatnonzero(sp.item_ids == table["source_item"][k])[0])
                 orig = sp.images[pos]
                 original.imshow(orig.squeeze(-1) if c == 1 else orig, cmap="gray", vmin=0, vmax=1)
         else:
@@ -118,7 +130,8 @@ def show(store: WeightStore, out: Path, count: int = 8, data_root: str | None = 
             inr.plot(x, decoded[k][:, 0])
             a, b = table["amplitude"][k], table["frequency"][k]
             original.plot(x, a * np.sin(b * x))
-        inr.set_title(f"#{indices[k]} {split} {table['psnr'][k]:.1f}dB", fontsize=7)
+        psnr = f" {table['psnr'][k]:.1f}dB" if "psnr" in table else ""
+        inr.set_title(f"#{indices[k]} {split}{psnr}", fontsize=7)
     for k in range(count, rows * columns):  # the last row's empty places
         axes[2 * (k // COLUMNS), k % COLUMNS].axis("off")
         axes[2 * (k // COLUMNS) + 1, k % COLUMNS].axis("off")

@@ -119,15 +119,25 @@ def _about(m: dict, name: str) -> str:
     ])
 
 
+def _rerun_says(command: list[str]) -> str:
+    """What running the recorded command again does: a generated store resumes, an imported or
+    derived one is made again from its source."""
+    verb = command[1] if len(command) > 1 else ""
+    if verb == "import":
+        return "Rerunning this command reads the source files again and remakes the store (the same content ID)."
+    if verb == "derive":
+        return "Rerunning this command derives the store again from its source store."
+    return ("Rerunning this command (same `--out`) resumes or repairs the store; every network depends "
+            "only on the seed and its index.")
+
+
 def _provenance(m: dict) -> str:
     lines = ["## How it was made", ""]
     command = m.get("command")
     if command:
         import shlex
 
-        lines += ["```", shlex.join(command), "```", "",
-                  "Rerunning this command (same `--out`) resumes or repairs the store; every network depends "
-                  "only on the seed and its index."]
+        lines += ["```", shlex.join(command), "```", "", _rerun_says(command)]
     else:
         lines.append("The command was not recorded (an older store); `generation` in the manifest lists every setting.")
     versions = m.get("software")

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from ..options import RUNTIME_BYTES, require_memory
 from .checksum import chunk_checksum_ok, crc32c
 from .format import FRAGMENTS_DIR, MANIFEST, NETWORKS_TABLE, STATUS_COMPLETE, DamagedStoreError, StoreError
 from .identity import KEY as ID_KEY, content_id
@@ -113,14 +114,19 @@ def rerun_command(manifest: dict, root) -> str:
     return shlex.join(argv)
 
 
-def verify_store(root, *, recompute_stats: bool = True, moments: bool = False, progress: bool = False) -> Verification:
+def verify_store(root, *, recompute_stats: bool = True, moments: bool = False, progress: bool = False,
+                 max_memory: int | None = None) -> Verification:
     """Check the store at ``root`` (a folder or a URL). ``moments``: keep every intact train
-    chunk's moments (a resumed generation reduces its statistics from them)."""
+    chunk's moments (a resumed generation reduces its statistics from them). ``max_memory``: refuse
+    (ValueError, one line) a budget below what checking one chunk holds (:func:`memory_needs`)."""
     root = store_root(root)
     try:
         manifest = read_manifest(root)
     except DamagedStoreError as exc:
         return Verification(root, None, [Problem("manifest", str(exc))])
+    if max_memory is not None:
+        require_memory("--max-memory", max_memory, memory_needs(manifest, recompute_stats or moments),
+                       f"verifying {root.name}")
     found = Verification(root, manifest)
     status = manifest.get("status")
     found.checked.append(("store", f"{root} ({manifest['format']} v{manifest['format_version']}, {status}, "
@@ -148,6 +154,21 @@ def verify_store(root, *, recompute_stats: bool = True, moments: bool = False, p
     if not moments:
         found.moments = {}
     return found
+
+
+# A chunk is checked alone: its files' bytes, the values read from them in place, and for a train
+# chunk whose moments are computed (stats.Moments.of) a float64 copy of all its values plus
+# float64 temporaries of its largest array: ~5 chunks measured on classifier-sized chunks
+# (benchmarks/window_memory.py --commands), counted as 6; ~1 without the moments, counted as 2.
+CHUNK_COPIES, MOMENTS_COPIES = 2, 6
+
+
+def memory_needs(manifest: dict, moments: bool) -> dict[str, int]:
+    """What verifying a store holds at once, by part: the runtime and one chunk (its moments too:
+    the networks table and the fragments' rows are small beside it)."""
+    chunk = 4 * manifest["chunk_size"] * sum(math.prod(shape) for shape in manifest["parameters"].values())
+    copies = MOMENTS_COPIES if moments else CHUNK_COPIES
+    return {"the runtime": RUNTIME_BYTES, f"one chunk checked{' with its moments' if moments else ''}": copies * chunk}
 
 
 def _check_layout(manifest: dict, found: Verification) -> None:

@@ -1,0 +1,53 @@
+"""The neural graph of a batch of same-architecture MLPs, held as dense per-layer tensors.
+
+Neurons are nodes, biases their features, weights the features of the edges between consecutive
+layers (Kofinas et al., ICLR 2024, Sec. 3). All networks of a batch share one layered graph, so
+instead of an edge list each layer pair is one dense tensor in the weight's own layout:
+
+* ``nodes[l]``: ``[B, d_l, C]``, the neurons of layer ``l = 0..L``;
+* ``forward[l]``: ``[B, d_{l+1}, d_l, E]``, the edge from neuron ``i`` of layer ``l`` to neuron ``o``
+  of layer ``l+1`` at ``[o, i]`` (where ``W_{l+1}[o, i]`` is);
+* ``backward[l]``: the same shape, the reverse edge (``o`` -> ``i``) at ``[o, i]``: messages also
+  flow from a layer to the one before it, each direction with its own edge state (the reference
+  code's ``rev_edge_features=True``); ``None`` for a forward-only graph.
+
+A hidden-neuron permutation permutes the rows of a layer's tensors and the matching axes of the
+edge tensors, so every per-node and per-edge map commutes with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class LayeredGraph:
+    """Node states per layer and edge states per layer pair (see the module docstring)."""
+
+    nodes: tuple[Tensor, ...]
+    forward: tuple[Tensor, ...]
+    backward: tuple[Tensor, ...] | None = None
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(x.shape[1] for x in self.nodes)
+
+    def with_nodes(self, nodes) -> "LayeredGraph":
+        return replace(self, nodes=tuple(nodes))
+
+    def with_edges(self, forward, backward) -> "LayeredGraph":
+        return replace(self, forward=tuple(forward), backward=None if backward is None else tuple(backward))
+
+
+def endpoint_sum(source: nn.Module, target: nn.Module, lower: Tensor, upper: Tensor, reverse: bool) -> Tensor:
+    """``source(x_s) + target(x_t)`` for every edge between ``lower`` (``[B, d_l, C]``) and ``upper``
+    (``[B, d_{l+1}, C]``), in the edge layout ``[B, d_{l+1}, d_l, E]``; forward edges go from
+    ``lower`` to ``upper``, ``reverse`` ones from ``upper`` to ``lower``."""
+    s_node, t_node = (upper, lower) if reverse else (lower, upper)
+    s, t = source(s_node), target(t_node)
+    return (s[:, :, None] + t[:, None]) if reverse else (s[:, None] + t[:, :, None])

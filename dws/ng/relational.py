@@ -1,0 +1,122 @@
+"""``ng-transformer``'s backbone: the relational transformer on the neural graph.
+
+The reference code's ``RelationalTransformer`` (``RTLayer``, ``RTAttention`` with ``modulate_v=True``,
+``EdgeLayer``). Every node attends to every node; for the pair (query ``i``, key ``j``) the edge
+feature ``e_ij`` enters the query, the key and the value:
+
+    q_ij = W_q x_i + Q e_ij,   k_ij = W_k x_j + K e_ij,   v_ij = (W_v x_j) * M e_ij + V e_ij,
+    x_i <- sum_j softmax_j(q_ij . k_ij / sqrt(d_attn)) v_ij        (per head)
+
+``e_ij`` is the state of the forward edge when ``j`` is in the layer after ``i``'s, of the reverse
+edge when it is in the layer before, and for every other pair (same layer, non-consecutive layers,
+``i`` itself) the feature of a zero weight, which is not updated: the code holds and updates a state
+for each of the ``N^2`` pairs, here only the network's edges have states (dense per layer pair, so
+a 784-input classifier fits in memory). Node update: ``LN(x + lin0(attn))``, ``LN(x + MLP(x))``;
+edge update: ``LN(e + MLP(e_ij, e_ji, x_i, x_j))``, ``LN(e + MLP(e))`` (none after the last layer).
+Linear maps start Xavier-uniform with zero biases (the code's ``Linear``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dws.ng.graph import LayeredGraph, endpoint_sum
+
+Tensor = torch.Tensor
+
+
+def xavier_linear(in_features: int, out_features: int, bias: bool = True) -> nn.Linear:
+    m = nn.Linear(in_features, out_features, bias)
+    nn.init.xavier_uniform_(m.weight)
+    if bias:
+        nn.init.zeros_(m.bias)
+    return m
+
+
+class RelationalAttention(nn.Module):
+    """Multi-head attention over all nodes with edge-conditioned queries, keys and values."""
+
+    def __init__(self, node_channels: int, edge_channels: int, hidden: int, heads: int):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"attention width {hidden} is not a multiple of {heads} heads")
+        self.heads, self.scale = heads, hidden ** -0.5
+        self.qkv_node = xavier_linear(node_channels, 3 * hidden, bias=False)
+        self.qkv_edge = xavier_linear(edge_channels, 4 * hidden, bias=False)  # Q, K, V and M of the docstring
+        self.proj_out = xavier_linear(hidden, node_channels)
+
+    def split(self, t: Tensor, parts: int) -> tuple[Tensor, ...]:
+        """``[..., parts * hidden]`` -> ``parts`` tensors ``[..., heads, hidden / heads]``."""
+        return t.unflatten(-1, (self.heads, -1)).chunk(parts, dim=-1)
+
+    def forward(self, graph: LayeredGraph, no_edge: Tensor) -> list[Tensor]:
+        x, L = graph.nodes, len(graph.nodes) - 1
+        q, k, v = zip(*(self.split(self.qkv_node(x_l), 3) for x_l in x))  # per layer [B, d_l, H, h]
+        q0, k0, v0, m0 = self.split(self.qkv_edge(no_edge), 4)  # [H, h]
+        out = []
+        for l in range(L + 1):
+            others = [m for m in range(L + 1) if abs(m - l) != 1]
+            keys = torch.cat([k[m] for m in others], dim=1) + k0
+            values = [torch.cat([v[m] for m in others], dim=1) * m0 + v0]
+            logits = [torch.einsum("bnhd,bmhd->bhnm", q[l] + q0, keys)]
+            neighbours = ([(l - 1, graph.backward[l - 1])] if l > 0 else []) + \
+                         ([(l + 1, graph.forward[l].transpose(1, 2))] if l < L else [])
+            for m, edges in neighbours:  # edges: [B, d_l, d_m, E], query l, key m
+                qe, ke, ve, me = self.split(self.qkv_edge(edges), 4)
+                logits.append(((q[l][:, :, None] + qe) * (k[m][:, None] + ke)).sum(-1).permute(0, 3, 1, 2))
+                values.append(v[m][:, None] * me + ve)  # [B, d_l, d_m, H, h]
+            attention = torch.softmax(torch.cat(logits, dim=-1) * self.scale, dim=-1)
+            parts = attention.split([t.shape[-1] for t in logits], dim=-1)
+            y = torch.einsum("bhnm,bmhd->bnhd", parts[0], values[0])
+            for a, val in zip(parts[1:], values[1:]):
+                y = y + torch.einsum("bhnm,bnmhd->bnhd", a, val)
+            out.append(self.proj_out(y.flatten(-2)))
+        return out
+
+
+class EdgeUpdate(nn.Module):
+    """``e = LN(e + lin1(GELU(lin_e([e, e_rev]) + lin_s(x_source) + lin_t(x_target))))``, then ``LN(e + MLP(e))``."""
+
+    def __init__(self, node_channels: int, edge_channels: int, hidden: int, dropout: float = 0.0):
+        super().__init__()
+        self.lin_e = xavier_linear(2 * edge_channels, hidden)
+        self.lin_s = xavier_linear(node_channels, hidden)
+        self.lin_t = xavier_linear(node_channels, hidden)
+        self.lin1 = xavier_linear(hidden, edge_channels)
+        self.mlp = nn.Sequential(xavier_linear(edge_channels, hidden, bias=False), nn.GELU(),
+                                 xavier_linear(hidden, edge_channels), nn.Dropout(dropout))
+        self.norm0, self.norm1 = nn.LayerNorm(edge_channels), nn.LayerNorm(edge_channels)
+        self.act, self.dropout = nn.GELU(), nn.Dropout(dropout)
+
+    def update(self, e: Tensor, e_rev: Tensor, lower: Tensor, upper: Tensor, reverse: bool) -> Tensor:
+        h = self.lin_e(torch.cat([e, e_rev], dim=-1)) + endpoint_sum(self.lin_s, self.lin_t, lower, upper, reverse)
+        e = self.norm0(e + self.dropout(self.lin1(self.act(h))))
+        return self.norm1(e + self.mlp(e))
+
+    def forward(self, graph: LayeredGraph) -> LayeredGraph:
+        x, pairs = graph.nodes, list(zip(graph.forward, graph.backward))
+        forward = [self.update(f, b, x[l], x[l + 1], False) for l, (f, b) in enumerate(pairs)]
+        backward = [self.update(b, f, x[l], x[l + 1], True) for l, (f, b) in enumerate(pairs)]
+        return graph.with_edges(forward, backward)
+
+
+class RTLayer(nn.Module):
+    """Attention and node MLP (residual, layer norm), then the edge update (``update_edges``)."""
+
+    def __init__(self, node_channels: int, edge_channels: int, attention_hidden: int, node_hidden: int,
+                 edge_hidden: int, heads: int, dropout: float = 0.0, update_edges: bool = True):
+        super().__init__()
+        self.attention = RelationalAttention(node_channels, edge_channels, attention_hidden, heads)
+        self.lin0 = xavier_linear(node_channels, node_channels)
+        self.mlp = nn.Sequential(xavier_linear(node_channels, node_hidden, bias=False), nn.GELU(),
+                                 xavier_linear(node_hidden, node_channels), nn.Dropout(dropout))
+        self.norm0, self.norm1 = nn.LayerNorm(node_channels), nn.LayerNorm(node_channels)
+        self.dropout = nn.Dropout(dropout)
+        self.edge_update = EdgeUpdate(node_channels, edge_channels, edge_hidden, dropout) if update_edges else None
+
+    def forward(self, graph: LayeredGraph, no_edge: Tensor) -> LayeredGraph:
+        attended = self.attention(graph, no_edge)
+        nodes = [self.norm0(x + self.dropout(self.lin0(a))) for x, a in zip(graph.nodes, attended)]
+        graph = graph.with_nodes([self.norm1(x + self.mlp(x)) for x in nodes])
+        return graph if self.edge_update is None else self.edge_update(graph)
