@@ -393,8 +393,9 @@ def show(store, out, count, data_root):
               help="Run directory (default runs/STORE-MODEL-TASK).")
 @click.option("--epochs", type=int, default=TRAIN["epochs"], show_default=True,
               help="Passes over the train split per training (each candidate lr, each seed).")
-@click.option("--batch-size", type=int, default=TRAIN["batch_size"], show_default=True,
-              help="Networks per step (--task adapt: classifiers per step).")
+@click.option("--batch-size", type=int, default=None,
+              help="Networks per step (--task adapt: classifiers per step); default 512, 64 for the graph models "
+                   "(ng-*, scalegmn*: their per-weight activations need ~25-90 MB per network).")
 @click.option("--lr", type=float, default=TRAIN["lr"],
               help="Learning rate; default: choose from {5e-3, 1e-3, 5e-4, 1e-4} on val.")
 @click.option("--seeds", type=int, default=TRAIN["seeds"], show_default=True,

@@ -194,3 +194,13 @@ def test_zoo_train_runs_and_reevaluates(name, tiny_store, tmp_path):
     assert len(metrics["history"][0]) == 2
     again = evaluate_run(out, tiny_store)
     assert again["accuracy"] == pytest.approx(metrics["test"][0]["accuracy"], abs=1e-6)
+
+
+def test_graph_models_default_to_batches_that_fit_a_small_machine():
+    """`--batch-size` unset: 64 for the graph models (per-weight activations), 512 for the others;
+    a given size is kept."""
+    from dws.tasks.options import TrainOptions, model_defaults
+
+    for model, expected in (("ng-gnn", 64), ("ng-transformer", 64), ("scalegmn-b", 64), ("dwsnet", 512)):
+        assert model_defaults(TrainOptions(store="s", model=model, task="classify", batch_size=None)).batch_size == expected
+    assert model_defaults(TrainOptions(store="s", model="ng-gnn", task="classify", batch_size=32)).batch_size == 32

@@ -24,6 +24,10 @@ NG_MODELS = ("ng-gnn", "ng-transformer")
 # Kalogeropoulos et al.'s ScaleGMN (dws/scalegmn): forward and bidirectional; invariant only; the paper's width
 # (128 at the DWSNet's default 48 channels, in proportion otherwise) and the symmetry of the store's activation
 SCALEGMN_MODELS = ("scalegmn", "scalegmn-b")
+# networks per step when --batch-size is not given: the graph models carry a feature vector per weight
+# through several MLPs, ~25-90 MB of activations per (2, 32, 32, 1) SIREN, so 512 needs 12-45 GB
+DEFAULT_BATCH_SIZE = 512
+MODEL_BATCH_SIZES = {name: 64 for name in NG_MODELS + SCALEGMN_MODELS}
 # The symmetry each model is exactly invariant (or equivariant) to, which --normalize orbit pools the
 # statistics over (dws.stream.orbit): "permutation": hidden-neuron permutations; "permutation+scale":
 # also the activation's own neuron scaling (sign flips for sine and tanh, positive scales for ReLU);
@@ -66,7 +70,7 @@ class TrainOptions:
     target: str | None = None
     out: str | None = None
     epochs: int = 10
-    batch_size: int = 512
+    batch_size: int | None = None  # None: the model's (model_defaults: 64 for the graph models, else 512)
     lr: float | None = None  # None: the paper's search over PAPER_LRS on the validation split
     seeds: int = 1
     seed: int = 0
@@ -175,6 +179,13 @@ def check_normalization(opts: TrainOptions) -> None:
                          f"{opts.model} claims none; use --normalize entry")
 
 
+def model_defaults(opts: TrainOptions) -> TrainOptions:
+    """``opts`` with what depends on the model alone resolved: the batch size, then ``--normalize``."""
+    if opts.batch_size is None:
+        opts = replace(opts, batch_size=MODEL_BATCH_SIZES.get(opts.model, DEFAULT_BATCH_SIZE))
+    return default_normalization(opts)
+
+
 def default_normalization(opts: TrainOptions) -> TrainOptions:
     """``opts`` with ``--normalize`` resolved: orbit where the model claims a symmetry, else entry
     (adapt: left unset, its models take raw networks)."""
@@ -186,7 +197,7 @@ def default_normalization(opts: TrainOptions) -> TrainOptions:
 def store_defaults(opts: TrainOptions) -> tuple[TrainOptions, str | None]:
     """:func:`with_task_defaults`'s options, and one line saying what followed the store (None when
     nothing did). Reads the store's manifest (not its networks) where something is left unset."""
-    opts = default_normalization(opts)  # the model's, not the store's
+    opts = model_defaults(opts)  # the model's, not the store's
     unset = {name for name in ("task", "target", "hidden_channels", "input_reduction", "augment")
              if getattr(opts, name) is None}
     if not unset:
