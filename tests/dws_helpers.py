@@ -28,3 +28,26 @@ def random_ws(widths, batch: int, channels: int | None = None, seed: int = 0, dt
 
 def max_abs_diff(a: WeightSpace, b: WeightSpace) -> float:
     return (a.flatten() - b.flatten()).abs().max().item()
+
+
+def derange(d: int, gen) -> torch.Tensor:
+    """A random permutation of ``d`` items that moves the first one (so it is never the identity)."""
+    while True:
+        p = torch.randperm(d, generator=gen)
+        if p[0] != 0:
+            return p
+
+
+def adam_losses(model, ws: WeightSpace, target, *, steps: int, lr: float,
+                loss=torch.nn.functional.cross_entropy) -> list[float]:
+    """The loss before each of ``steps`` Adam steps of ``model`` on one fixed batch (what a
+    training-step test asserts on)."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        value = loss(model(ws), target)
+        opt.zero_grad()
+        value.backward()
+        opt.step()
+        losses.append(value.item())
+    return losses

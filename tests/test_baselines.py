@@ -22,6 +22,7 @@ from dws.baselines import (
     weight_matching,
 )
 from dws.baselines.mlp import inverse_perms
+from dws_helpers import adam_losses
 from dws.weightspace import WeightSpace, mlp_forward, random_group_element
 
 
@@ -284,12 +285,5 @@ def test_a_few_training_steps_reduce_the_loss(name):
     kw = {"subsample": 8, "max_iter": 3} if name == "mlp-align" else {}
     model = build_baseline(name, widths, 2, hidden=32, **kw)
     model.prepare(ws)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(60):
-        loss = nn.functional.mse_loss(model(ws), target)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = adam_losses(model, ws, target, steps=60, lr=3e-3, loss=nn.functional.mse_loss)
     assert sum(losses[-5:]) < 0.5 * sum(losses[:5])

@@ -13,7 +13,7 @@ from dws import DWSNetEquivariant, DWSNetInvariant, WeightSpace, dwsnet_mnist_in
 from dws.nn import FreeAxisLinear, WSBatchNorm, WSDropout
 from dws.nn.fast import accelerate
 from dws.nn.reference import with_reference_layers
-from dws_helpers import max_abs_diff, random_widths, random_ws
+from dws_helpers import adam_losses, max_abs_diff, random_widths, random_ws
 
 SEEDS = range(6)
 BLOCKS = ("all", "W2W", "B2B", "W2W+B2B", "diagonal")
@@ -180,12 +180,5 @@ def test_training_step_reduces_loss():
     model = DWSNetInvariant(widths, 2, hidden_channels=8, head_hidden=16)
     ws = random_ws(widths, batch=32, dtype=torch.float32, seed=2)
     y = (ws.weights[1].sum((1, 2)) > 0).long()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(30):
-        loss = torch.nn.functional.cross_entropy(model(ws), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = adam_losses(model, ws, y, steps=30, lr=1e-2)
     assert losses[-1] < 0.5 * losses[0]

@@ -11,6 +11,7 @@ import torch
 
 from dws.nfn import HNPLayer, NFNInvariant, NPLayer
 from dws.weightspace import WeightSpace
+from dws_helpers import derange
 
 MODES = ("np", "hnp")
 LAYERS = {"np": NPLayer, "hnp": HNPLayer}
@@ -42,14 +43,6 @@ def group_element(widths, gen, hidden=True, inputs=False, outputs=False):
     L = len(widths) - 1
     chosen = lambda l: (inputs if l == 0 else outputs if l == L else hidden)  # noqa: E731
     return [torch.randperm(d, generator=gen) if chosen(l) else torch.arange(d) for l, d in enumerate(widths)]
-
-
-def derange(d: int, gen) -> torch.Tensor:
-    """A random permutation of ``d`` items that moves the first one (so it is never the identity)."""
-    while True:
-        p = torch.randperm(d, generator=gen)
-        if p[0] != 0:
-            return p
 
 
 def close(a: WeightSpace, b: WeightSpace) -> bool:

@@ -17,7 +17,8 @@ from dws.ng.aggregation import aggregate, mean_log_degree
 from dws.ng.pna import PNABackbone, in_degrees
 from dws.ng.relational import RTLayer
 from dws.weightspace import WeightSpace
-from test_nfn import act, derange, group_element, random_space, random_widths  # the same architectures and group action
+from dws_helpers import adam_losses, derange
+from test_nfn import act, group_element, random_space, random_widths  # the same architectures and group action
 
 
 def small_model(kind, widths, seed, **kwargs):
@@ -149,14 +150,7 @@ def test_training_steps_lower_the_loss(kind):
                               edge_hidden=8, head_hidden=8, heads=2, num_layers=2, fourier_features=4)
     x = random_space(widths, 8, 1, gen).map(lambda t: t.float())
     labels = torch.randint(0, 3, (8,), generator=gen)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(12):
-        loss = torch.nn.functional.cross_entropy(model(x), labels)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = adam_losses(model, x, labels, steps=12, lr=1e-2)
     assert losses[-1] < 0.8 * losses[0], losses
 
 

@@ -15,7 +15,7 @@ from dws.scalegmn import ScaleGMNInvariant
 from dws.scalegmn.equivariant import EquivariantMap
 from dws.scalegmn.symmetry import SignSymmetrization
 from dws.weightspace import WeightSpace, mlp_forward
-from dws_helpers import random_widths, random_ws
+from dws_helpers import adam_losses, derange, random_widths, random_ws
 
 VARIANTS = ("forward", "bidirectional")
 SYMMETRIES = ("sign", "scale")
@@ -48,13 +48,6 @@ def hidden_element(widths, batch, gen, kind):
 
 def identity(widths, batch):
     return [torch.arange(d) for d in widths], [torch.ones(batch, d, dtype=torch.float64) for d in widths]
-
-
-def derange(d: int, gen) -> torch.Tensor:
-    while True:
-        p = torch.randperm(d, generator=gen)
-        if p[0] != 0:
-            return p
 
 
 def small_model(widths, symmetry, variant, seed, hidden=6):
@@ -147,14 +140,7 @@ def test_a_training_step_lowers_the_loss():
     labels = torch.randint(0, 3, (16,), generator=gen)
     torch.manual_seed(0)
     model = ScaleGMNInvariant(widths, 3, "sign", "bidirectional", hidden=8, num_layers=2)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(8):
-        loss = torch.nn.functional.cross_entropy(model(x), labels)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = adam_losses(model, x, labels, steps=8, lr=1e-2)
     assert losses[-1] < losses[0] - 0.02, losses
 
 

@@ -23,15 +23,14 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
-from tqdm import tqdm
 
 from dws.baselines.common import num_weights
 from dws.baselines.mlp import MLPBaseline
-from dws.stream.batch import arrays_from_weightspace, weightspace_from_arrays
+from dws.stream.batch import weightspace_from_arrays
+from dws.stream.mapped import write_mapped_store
 from dws.stream.rows import usable_mask
 from dws.weightspace import WeightSpace, _gather_dim
 from zoo.store import StoreError, WeightStore
-from zoo.store.derive import write_store_by_chunk
 
 Tensor = torch.Tensor
 
@@ -277,7 +276,7 @@ class AlignedMLP(MLPBaseline):
         Afterwards ``forward`` takes the aligned networks as they are.
         """
         root = Path(folder) / self.ALIGNED_STORE
-        settings = {"derived_from": _location(store), "seed": self.seed, **self.merge_kw}
+        settings = {"derived_from": str(store.root.resolve()), "seed": self.seed, **self.merge_kw}
         aligned = _open_if_made_with(root, settings)
         if aligned is not None:
             reference = aligned.manifest["generation"]["alignment"]["reference"]
@@ -286,7 +285,7 @@ class AlignedMLP(MLPBaseline):
         else:
             t0 = time.perf_counter()
             gen = torch.Generator().manual_seed(self.seed)
-            subsample = self._reference_networks(store, gen)
+            subsample = self.reference_networks(store, gen)
             log(f"mlp-align: building the MergeMany reference from {len(subsample)} train networks")
             self.prepare(weightspace_from_arrays(store.read_rows(subsample)), generator=gen)
             log(f"mlp-align: reference built in {time.perf_counter() - t0:.1f} s; aligning every network to it")
@@ -294,23 +293,13 @@ class AlignedMLP(MLPBaseline):
             meta = {k: store.manifest[k] for k in ("kind", "architecture", "targets", "source") if k in store.manifest}
             meta["generation"] = {"derived_from": str(store.root), "transform": "weight matching to a MergeMany reference",
                                   "alignment": {**settings, "reference": self.reference[0].tolist()}}
-            rows = store.networks
-            with tqdm(total=store.num_networks, desc="aligning", unit="net", disable=None, leave=False,
-                      dynamic_ncols=True) as bar:
-                def chunk(lo, hi):  # one store chunk at a time: memory stays at a chunk, whatever the store's size
-                    aligned_chunk = arrays_from_weightspace(self.align(weightspace_from_arrays(store.read(lo, hi))))
-                    bar.update(hi - lo)
-                    return aligned_chunk, rows.slice(lo, hi - lo)
-
-                write_store_by_chunk(root, widths=store.widths, num_networks=store.num_networks, chunk=chunk,
-                                     splits=store.manifest["splits"], metadata=meta, chunk_size=store.chunk_size,
-                                     overwrite=True)
+            write_mapped_store(store, root, self.align, metadata=meta, overwrite=True, desc="aligning")
             log(f"mlp-align: {store.num_networks} networks aligned in {time.perf_counter() - t0:.1f} s")
             aligned = WeightStore(root)
         self.align_in_forward = False
         return aligned
 
-    def _reference_networks(self, store: WeightStore, generator: torch.Generator) -> np.ndarray:
+    def reference_networks(self, store: WeightStore, generator: torch.Generator) -> np.ndarray:
         """The store indices MergeMany builds the reference from: ``subsample`` usable train networks
         drawn as :func:`merge_many` draws them (so the result equals ``prepare`` on the whole split),
         without reading the split into memory."""
@@ -326,11 +315,6 @@ class AlignedMLP(MLPBaseline):
                              "reference was saved with the model cannot align new networks); train it again")
         self.align_in_forward = False
         return self.align
-
-
-def _location(store: WeightStore) -> str:
-    root = store.root
-    return str(root.resolve()) if isinstance(root, Path) else str(root)
 
 
 def _open_if_made_with(root: Path, settings: dict) -> WeightStore | None:

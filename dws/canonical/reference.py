@@ -26,7 +26,7 @@ def reference_alignment(store: WeightStore, seed: int = 0,
     of it (settings and the reference itself, flattened as :meth:`WeightSpace.flatten` orders it)."""
     aligner = AlignedMLP(store.widths, 1, n_layers=0, seed=seed)  # the head is never used: n_layers=0 keeps it tiny
     generator = torch.Generator().manual_seed(seed)
-    picked = aligner._reference_networks(store, generator)  # noqa: SLF001 - mlp-align's own draw, reused
+    picked = aligner.reference_networks(store, generator)  # mlp-align's own draw, reused
     aligner.prepare(before(weightspace_from_arrays(store.read_rows(picked))), generator=generator)
     record = {"seed": seed, **aligner.merge_kw, "reference_networks": len(picked),
               "reference": aligner.reference[0].tolist()}

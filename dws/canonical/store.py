@@ -12,15 +12,11 @@ when complete, so an error leaves nothing (and ``--overwrite`` replaces an old s
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
-from tqdm import tqdm
-
-from dws.stream.batch import arrays_from_weightspace, weightspace_from_arrays
+from dws.stream.mapped import write_mapped_store
 from dws.weightspace import WeightSpace
 from zoo.store import StoreError, WeightStore
-from zoo.store.derive import write_store_by_chunk
 from zoo.store.format import MANIFEST
 from zoo.store.identity import KEY as ID_KEY
 from zoo.store.staging import staged_folder
@@ -63,14 +59,14 @@ def derive_canonical_store(source, out, transforms: tuple[str, ...], *, overwrit
     """Write ``out`` from the store at ``source`` (see the module); returns a summary for the command line."""
     store = WeightStore(source)
     root = store_root(out)
-    if _location(root) == _location(store.root):
+    if str(root.resolve()) == str(store.root.resolve()):
         raise ValueError(f"--out {out} is the source store; choose another folder")
     _check_out(root, overwrite)
     if "sign" in transforms:
         require_odd_activation(store)
     transform, record = canonicalizer(store, transforms, seed, log)
     manifest = store.manifest
-    origin = {"store": _location(store.root), "content_id": manifest.get(ID_KEY)}
+    origin = {"store": str(store.root.resolve()), "content_id": manifest.get(ID_KEY)}
     meta = {k: v for k, v in manifest.items() if k not in WRITTEN_KEYS}
     meta["description"] = (f"{manifest.get('description') or manifest.get('kind', 'networks')}; canonicalized "
                            f"({' then '.join(transforms)}) by `zoo derive` from the store "
@@ -78,17 +74,8 @@ def derive_canonical_store(source, out, transforms: tuple[str, ...], *, overwrit
     meta.update(derived_from=origin, canonicalize=list(transforms), canonicalization=record,
                 command=["zoo", "derive", origin["store"], "--canonicalize", ",".join(transforms), "--out", str(root),
                          *(["--seed", str(seed)] if "align" in transforms and seed else []), "--overwrite"])
-    rows = store.networks
-    with tqdm(total=store.num_networks, desc="canonicalizing", unit="net", disable=None, leave=False,
-              dynamic_ncols=True) as bar:
-        def chunk(lo, hi):  # one store chunk at a time: memory stays at a chunk, whatever the store's size
-            part = arrays_from_weightspace(transform(weightspace_from_arrays(store.read(lo, hi))))
-            bar.update(hi - lo)
-            return part, rows.slice(lo, hi - lo)
-
-        _write_whole(root, lambda target, replace: write_store_by_chunk(
-            target, widths=store.widths, num_networks=store.num_networks, chunk=chunk,
-            splits=manifest["splits"], metadata=meta, chunk_size=store.chunk_size, overwrite=replace))
+    _write_whole(root, lambda target, replace: write_mapped_store(
+        store, target, transform, metadata=meta, overwrite=replace, desc="canonicalizing"))
     derived = WeightStore(root)
     return {"store": str(root), "networks": derived.num_networks, "canonicalize": list(transforms),
             "content_id": derived.manifest.get(ID_KEY), "derived_from": origin}
@@ -163,7 +150,3 @@ def _write_whole(root, write: Callable[[object, bool], object]) -> None:
         return
     with staged_folder(root) as stage:  # the old store (or an empty folder) goes only when the new one is whole
         write(stage, False)
-
-
-def _location(root) -> str:
-    return str(root.resolve()) if isinstance(root, Path) else str(root)

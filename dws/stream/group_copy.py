@@ -16,9 +16,8 @@ import torch
 
 from dws.weightspace import random_group_element, random_neuron_scales
 from zoo.store import WeightStore
-from zoo.store.derive import write_store_by_chunk
 
-from .batch import arrays_from_weightspace, weightspace_from_arrays
+from .mapped import write_mapped_store
 
 
 def write_group_copy(store: WeightStore, out: str | Path, *, scale: str | None = None, seed: int = 0,
@@ -28,18 +27,15 @@ def write_group_copy(store: WeightStore, out: str | Path, *, scale: str | None =
     rescaled by random neuron scales; one element per network, drawn from ``seed``."""
     generator = torch.Generator().manual_seed(seed)
 
-    def chunk(lo: int, hi: int):
-        ws = weightspace_from_arrays(store.read(lo, hi))
+    def move(ws):  # one element per network, drawn in store order
         ws = ws.permute(random_group_element(ws.widths, ws.batch_size, generator))
         if scale is not None:
             ws = ws.scale_neurons(random_neuron_scales(ws.widths, ws.batch_size, scale, generator))
-        return arrays_from_weightspace(ws), store.networks.slice(lo, hi - lo)
+        return ws
 
     manifest = store.manifest
     meta = {k: manifest[k] for k in ("kind", "description", "architecture", "targets", "generation", "source",
                                      "runs", "training") if k in manifest}
     meta["group_copy"] = {"derived_from": str(store.root), "seed": seed,
                           "group": "hidden-neuron permutations" + (f" and {scale} scales" if scale else "")}
-    return write_store_by_chunk(out, widths=store.widths, num_networks=store.num_networks, chunk=chunk,
-                                splits=manifest["splits"], metadata=meta, chunk_size=store.chunk_size,
-                                overwrite=overwrite)
+    return write_mapped_store(store, out, move, metadata=meta, overwrite=overwrite)

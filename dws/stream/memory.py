@@ -23,11 +23,11 @@ size, the batch size and the model only: the same command trains the same way on
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from zoo.options import RUNTIME_BYTES, format_size, require_memory
 from zoo.store import WeightStore
+from zoo.store.format import values_per_network
 
 BATCH_COPIES = 4
 CHUNK_COPIES = 2
@@ -37,7 +37,7 @@ EVAL_MODEL_COPIES = 2
 
 def network_bytes(store: WeightStore) -> int:
     """One network's parameters in memory (float32)."""
-    return 4 * sum(math.prod(shape) for shape in store.manifest["parameters"].values())
+    return 4 * values_per_network(store.manifest)
 
 
 def windows_in_flight(workers: int) -> int:

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from dws.baselines import BASELINES, build_baseline, count_params
+from dws.baselines import build_baseline, count_params
 from dws.baselines.sizing import size_to_params
 from dws.nfn import NFNInvariant
 from dws.nfn.models import paper_ratios
@@ -40,7 +40,7 @@ from dws.weightspace import WeightSpace
 from zoo.store import WeightStore
 
 from .adaptation import OUTPUT_INIT_SCALE, ResidualAdapter, small_output
-from .options import ADAPT_MODELS, MODEL_DEFAULTS, NFN_MODELS, NG_MODELS, SCALEGMN_MODELS
+from .options import ADAPT_MODELS, MODEL_DEFAULTS, MODELS, NFN_MODELS, NG_MODELS, SCALEGMN_MODELS
 
 
 MAX_PARAMS = 200_000_000  # ~0.8 GB of float32 parameters, ~3 GB with gradients and AdamW's moments
@@ -66,9 +66,8 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
     output): the model's outputs are read as standardized targets (:class:`TargetScale`). ``activation``:
     the networks' (the store manifest's), which ScaleGMN's symmetry follows; the other models ignore it.
     """
-    if name != "dwsnet" and name not in BASELINES and name not in NFN_MODELS + NG_MODELS + SCALEGMN_MODELS:
-        raise ValueError(f"unknown model {name!r}; choose from dwsnet, "
-                         f"{', '.join(BASELINES + NFN_MODELS + NG_MODELS + SCALEGMN_MODELS)}")
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
     if equivariant and name not in ADAPT_MODELS:
         raise ValueError(f"{name} outputs a vector, not a weight space; choose from {', '.join(ADAPT_MODELS)}")
     kwargs = dwsnet_kwargs(hidden_channels, num_layers, dropout, bn, blocks, pool, input_reduction)
@@ -95,10 +94,10 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
             target, width_arg="channels", hi=1024, rtol=params_rtol)
         desc = {"model": name, "params": params, "sized_to": target}
     elif name in NG_MODELS:  # the reference INR classifiers' proportions, their width sized to the DWSNet
-        make = {"ng-gnn": lambda c: NGGNN(widths, out_features, dropout=dropout, **gnn_ratios(c)),
-                "ng-transformer": lambda c: NGTransformer(widths, out_features, dropout=dropout,
-                                                          **transformer_ratios(c))}[name]
-        model, params = size_to_params(lambda width: make(width), target, width_arg="width", hi=1024,
+        make = {"ng-gnn": lambda width: NGGNN(widths, out_features, dropout=dropout, **gnn_ratios(width)),
+                "ng-transformer": lambda width: NGTransformer(widths, out_features, dropout=dropout,
+                                                              **transformer_ratios(width))}[name]
+        model, params = size_to_params(make, target, width_arg="width", hi=1024,
                                        multiple_of=2, rtol=params_rtol)
         desc = {"model": name, "params": params, "sized_to": target}
     elif name in SCALEGMN_MODELS:  # the paper's d = 128 at the DWSNet's default channels, in proportion otherwise

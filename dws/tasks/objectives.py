@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from dws.stream import read_targets, usable_mask
 from dws.weightspace import WeightSpace
 from zoo.store import StoreError, WeightStore
+from zoo.store.format import values_per_network
 
 from .adaptation import Adaptation
 
@@ -200,7 +201,7 @@ class Adapt(Task):
                              f"(status not ok, e.g. {bad[:5]}); adaptation needs trained classifiers")
 
     def output_size(self, store):
-        return sum(int(np.prod(shape)) for shape in store.manifest["parameters"].values())
+        return values_per_network(store.manifest)
 
     def loss(self, model, ws, target, temperature):
         return self.adaptation.loss(model, ws, target)

@@ -13,6 +13,7 @@ A store is a folder or a URL (see ``docs/store-format.md``)::
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence, TypeVar
 
 FORMAT_NAME = "weightzoo-store"
@@ -44,6 +45,11 @@ def parameter_shapes(widths) -> dict[str, tuple[int, ...]]:
         shapes[weight_name(m)] = (d_out, d_in)
         shapes[bias_name(m)] = (d_out,)
     return shapes
+
+
+def values_per_network(manifest: dict) -> int:
+    """How many parameter values one network of a store has (its manifest's ``parameters``)."""
+    return sum(math.prod(shape) for shape in manifest["parameters"].values())
 
 
 T = TypeVar("T")

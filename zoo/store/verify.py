@@ -25,7 +25,8 @@ from tqdm import tqdm
 
 from ..options import RUNTIME_BYTES, require_memory
 from .checksum import chunk_checksum_ok, crc32c
-from .format import FRAGMENTS_DIR, MANIFEST, NETWORKS_TABLE, STATUS_COMPLETE, DamagedStoreError, StoreError
+from .format import (FRAGMENTS_DIR, MANIFEST, NETWORKS_TABLE, STATUS_COMPLETE, DamagedStoreError, StoreError,
+                     values_per_network)
 from .identity import KEY as ID_KEY, content_id
 from .location import read_files, store_root
 from .manifest import read_manifest
@@ -166,7 +167,7 @@ CHUNK_COPIES, MOMENTS_COPIES = 2, 6
 def memory_needs(manifest: dict, moments: bool) -> dict[str, int]:
     """What verifying a store holds at once, by part: the runtime and one chunk (its moments too:
     the networks table and the fragments' rows are small beside it)."""
-    chunk = 4 * manifest["chunk_size"] * sum(math.prod(shape) for shape in manifest["parameters"].values())
+    chunk = 4 * manifest["chunk_size"] * values_per_network(manifest)
     copies = MOMENTS_COPIES if moments else CHUNK_COPIES
     return {"the runtime": RUNTIME_BYTES, f"one chunk checked{' with its moments' if moments else ''}": copies * chunk}
 
