@@ -86,7 +86,8 @@ def restore(saved) -> None:
 
 
 def measure(batch: int, iters: int, device, graphed: bool):
-    """Seconds per step, the gradients of the first step, the parameters after it and after all steps."""
+    """Seconds per step, the gradients of the first step, the parameters after it and after all
+    steps, and the first step's loss."""
     torch.manual_seed(0)
     model = accelerate(DWSNetInvariant(**dwsnet_mnist_inr_config()), "auto").to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=graphed)
@@ -99,7 +100,7 @@ def measure(batch: int, iters: int, device, graphed: bool):
             step(*data[0])
     saved = snapshot(model, opt)
     params = lambda: torch.cat([p.detach().flatten() for p in model.parameters()]).clone()  # noqa: E731
-    step(*data[1])
+    loss = float(step(*data[1]).detach())  # the forward alone: tells a wrong forward from a wrong backward
     first = params()
     grads = torch.cat([p.grad.flatten() for p in model.parameters()]).clone()
     restore(saved)  # both time the same training from the same state
@@ -109,7 +110,7 @@ def measure(batch: int, iters: int, device, graphed: bool):
     for ws, labels in data[1:]:
         step(ws, labels)
     sync()
-    return (time.perf_counter() - t0) / iters, grads, first, params()
+    return (time.perf_counter() - t0) / iters, grads, first, params(), loss
 
 
 def main(argv=None):
@@ -121,12 +122,12 @@ def main(argv=None):
     cuda = torch.device(args.device).type == "cuda"
     print(f"DWSNet training step (MNIST INR classification, AdamW), device "
           f"{torch.cuda.get_device_name() if cuda else args.device}, torch {torch.__version__}")
-    print(f"{'batch':>5} {'eager ms/step':>14} {'graph ms/step':>14} {'speed-up':>9} {'grad diff':>10} "
-          f"{'param diff, 1 step':>19} {'all steps':>10}")
+    print(f"{'batch':>5} {'eager ms/step':>14} {'graph ms/step':>14} {'speed-up':>9} {'loss diff':>10} "
+          f"{'grad diff':>10} {'param diff, 1 step':>19} {'all steps':>10}")
 
-    def differences(a, b):  # first-step gradients (relative to the largest), parameters after 1 and all steps
-        return (float((a[1] - b[1]).abs().max() / a[1].abs().max()), float((a[2] - b[2]).abs().max()),
-                float((a[3] - b[3]).abs().max()))
+    def differences(a, b):  # the first step's loss and gradients (relative), parameters after 1 and all steps
+        return (abs(a[4] - b[4]) / abs(a[4]), float((a[1] - b[1]).abs().max() / a[1].abs().max()),
+                float((a[2] - b[2]).abs().max()), float((a[3] - b[3]).abs().max()))
 
     for batch in args.batches:
         eager = measure(batch, args.iters, args.device, graphed=False)
@@ -134,12 +135,12 @@ def main(argv=None):
             print(f"{batch:>5} {1e3 * eager[0]:>14.2f} {'(needs CUDA)':>14}")
             continue
         graph = measure(batch, args.iters, args.device, graphed=True)
-        grad, first, last = differences(eager, graph)
-        print(f"{batch:>5} {1e3 * eager[0]:>14.2f} {1e3 * graph[0]:>14.2f} {eager[0] / graph[0]:>8.1f}x {grad:>10.2e} "
-              f"{first:>19.2e} {last:>10.2e}")
+        loss, grad, first, last = differences(eager, graph)
+        print(f"{batch:>5} {1e3 * eager[0]:>14.2f} {1e3 * graph[0]:>14.2f} {eager[0] / graph[0]:>8.1f}x {loss:>10.2e} "
+              f"{grad:>10.2e} {first:>19.2e} {last:>10.2e}")
         if batch == args.batches[0]:  # the control: eager against itself
-            grad, first, last = differences(eager, measure(batch, args.iters, args.device, graphed=False))
-            print(f"{'':>5} control, eager run twice: {grad:.2e} / {first:.2e} / {last:.2e}")
+            loss, grad, first, last = differences(eager, measure(batch, args.iters, args.device, graphed=False))
+            print(f"{'':>5} control, eager run twice: {loss:.2e} / {grad:.2e} / {first:.2e} / {last:.2e}")
         if batch == 64:
             print(f"goal: DWSNet batch 64 <= 3 ms per step on the GPU: {1e3 * graph[0]:.2f} ms "
                   f"({'met' if graph[0] <= 3e-3 else 'not met'}; eager {1e3 * eager[0]:.2f} ms)")

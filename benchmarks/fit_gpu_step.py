@@ -87,7 +87,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--networks", type=int, default=4096)
     p.add_argument("--steps", type=int, default=20, help="timed steps per variant")
-    p.add_argument("--configs", nargs="*", default=["16,4,ieee", "32,4,ieee", "16,4,split3", "16,4,tf32x3"])
+    p.add_argument("--configs", nargs="*", default=["16,1,split3,grid", "16,4,split3", "16,1,ieee,grid", "16,1,tf32x3,grid"])
     p.add_argument("--single", type=int, default=2, help="networks fitted one at a time (published recipe)")
     p.add_argument("--single-steps", type=int, default=100)
     p.add_argument("--check", type=int, default=64, help="networks whose gradients are checked against float64")

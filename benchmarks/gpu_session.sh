@@ -6,20 +6,24 @@
 #
 #   env    the machine (GPU, driver, torch, triton) and its disk's fsync'd sequential write speed
 #   fit    benchmarks/fit_gpu_step.py: one fitting step of 4,096 MNIST SIRENs, the fused Triton kernel
-#          in several tile / warp / precision configurations vs the PyTorch step, the published
+#          in several tile / warp / precision / layout configurations vs the PyTorch step, the published
 #          one-network-at-a-time recipe, gradient errors against float64; picks the fastest accurate
 #          configuration for `gen` (ZOO_TRITON_CONFIG)
 #   gen    `zoo generate` of the paper's 70,000 MNIST INRs (official files, --init reference), 1,000
 #          steps each without early stop, in-process on the GPU: wall time against the 20 s goal
 #   clf    benchmarks/classifier_throughput.py on the GPU: the batched classifier zoos against the
-#          naive one-run-at-a-time loop, bounded, no store written
+#          naive one-run-at-a-time loop, bounded, no store written (measured 2026-11-27; by name only)
 #   clfgen `zoo generate` of the paper-sized classifier zoos with their stores written (fmnist:
 #          200 runs x 149 checkpoints, 15.6 GB, real Fashion-MNIST; cifar10: 5,000 networks of
 #          CIFAR-shaped noise, benchmarks/synthetic_cifar.py): wall time against the 20 s / 10 s
 #          goals and against the time the env stage's disk speed needs for the store's bytes
 #   dws    benchmarks/dws_cuda_graph.py: a DWSNet training step, eager vs replayed from a CUDA graph
+#   models benchmarks/weight_models.py --device cuda: every MNIST INR model's training step (issue 32)
 #
-# Each stage runs under `timeout` (STAGE_LIMITS below, 7.6 minutes in all), even if an earlier one
+# FIT_CONFIGS (the fit stage's kernel configurations) and CLF_KINDS (clfgen's zoos) override the
+# defaults below, to spend a short second session on what the first left open.
+#
+# Each stage runs under `timeout` (STAGE_LIMITS below; the default stages 7.8 minutes in all), even if an earlier one
 # failed, and appends to RESULTS/<stage>.txt; every goal prints a `goal: ... met` / `not met` line,
 # gathered into RESULTS/summary.txt; RESULTS/done appears at the end (at most 8 files). Stages that
 # need CUDA print `skipped: no CUDA` and exit 0 on a machine without a GPU (tested on the CPU).
@@ -30,11 +34,13 @@ PY=${PYTHON:-python3}
 PAYLOAD=${PAYLOAD:-.gpu}
 WORK=${WORK:-/tmp/zoo-gpu}  # stores written here (the machine's local disk)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-declare -A STAGE_LIMITS=([env]=20 [fit]=70 [gen]=100 [clf]=100 [clfgen]=120 [dws]=45)
+declare -A STAGE_LIMITS=([env]=20 [fit]=75 [gen]=60 [clf]=100 [clfgen]=150 [dws]=45 [models]=120)
 mkdir -p "$RESULTS" "$WORK"
 rm -f "$RESULTS/done"
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(env fit gen clf clfgen dws)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(env fit gen clfgen dws models)
+FIT_CONFIGS=${FIT_CONFIGS:-16,4,split3 16,2,split3,grid 16,1,split3,grid 16,4,split3,grid 16,2,tf32x3,grid 32,2,split3,grid}
+CLF_KINDS=${CLF_KINDS:-fmnist-classifiers cifar10-classifiers}
 
 # Packages the GPU machine lacks, from the carried wheels (only those not importable already).
 if [ -d "$PAYLOAD/wheels" ] && ! $PY -c 'import zarr, numcodecs, donfig, google_crc32c' 2>/dev/null; then
@@ -74,7 +80,7 @@ env_stage() {
 fit_stage() {
     has_cuda || { echo "skipped: no CUDA"; return 0; }
     $PY benchmarks/fit_gpu_step.py --networks 4096 --steps 20 --data-root "$PAYLOAD/data/mnist-full" \
-        --configs 32,4,ieee 16,4,split3 16,2,split3 16,4,tf32x3
+        --configs $FIT_CONFIGS
 }
 
 gen_stage() {
@@ -110,7 +116,7 @@ clfgen_stage() {
     has_cuda || { echo "skipped: no CUDA"; return 0; }
     local kind goal store t0 t1 status=0
     $PY benchmarks/synthetic_cifar.py "$WORK/cifar-noise"
-    for kind in fmnist-classifiers cifar10-classifiers; do
+    for kind in $CLF_KINDS; do
         local source=(--data-root "$PAYLOAD/data/fashion-mnist") goal=20
         [ $kind = cifar10-classifiers ] && source=(--dataset cifar10-unverified --data-root "$WORK/cifar-noise") goal=10
         store=$WORK/$kind
@@ -140,7 +146,16 @@ dws_stage() {
     $PY benchmarks/dws_cuda_graph.py --batches 64 512 --iters 50
 }
 
-export -f dws_stage clfgen_stage
+models_stage() {
+    has_cuda || { echo "skipped: no CUDA"; return 0; }
+    # the weight-space models of issue 32 on the MNIST INRs' architecture, batch 64 (eager), each in
+    # its own process (~10 s of start-up each on the GPU machine)
+    $PY benchmarks/weight_models.py --device cuda --widths 2,32,32,1 --hidden-channels 48 --input-reduction 0 \
+        --batch 64 --iters 5 --models dwsnet,nfn-np,nfn-hnp,ng-gnn,ng-transformer,scalegmn,scalegmn-b
+}
+
+export -f dws_stage models_stage clfgen_stage
+export FIT_CONFIGS CLF_KINDS
 for s in "${STAGES[@]}"; do
     case $s in
         env) stage env env_stage ;;
@@ -149,7 +164,8 @@ for s in "${STAGES[@]}"; do
         clf) stage clf clf_stage ;;
         clfgen) stage clfgen clfgen_stage ;;
         dws) stage dws dws_stage ;;
-        *) echo "unknown stage $s (env fit gen clf clfgen dws)"; exit 2 ;;
+        models) stage models models_stage ;;
+        *) echo "unknown stage $s (env fit gen clf clfgen dws models)"; exit 2 ;;
     esac
 done
 grep -h '^goal:' "$RESULTS"/*.txt > "$RESULTS/summary.txt" 2>/dev/null

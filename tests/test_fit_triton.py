@@ -38,11 +38,12 @@ def points_of(coords):
 
 @interpreted
 @pytest.mark.parametrize("case", range(6))
-@pytest.mark.parametrize("config", ["16,1,ieee", "16,2,split3"])
+@pytest.mark.parametrize("config", ["16,1,ieee", "16,2,split3", "16,2,split3,grid", "32,1,tf32x3,grid"])
 def test_one_step_matches_float64(case, config):
     """One kernel step's MSE and gradients (read back from Adam's first moment, which after one
     step is exactly (1 - beta1) * grad) against float64 PyTorch: as close as PyTorch's own float32
-    step, on a random architecture with a ragged last tile, in two kernel configurations."""
+    step, on a random architecture with a ragged last tile, in several kernel configurations (the
+    grid layout's rows wider or narrower than a tile)."""
     rng = np.random.default_rng(case)
     spec, coords = random_case(rng)
     K = int(rng.integers(1, 4))
@@ -50,6 +51,7 @@ def test_one_step_matches_float64(case, config):
     w, b = init_params(spec, case, range(K))
     fit = triton_step.TritonFit(spec, coords, targets, w, b, torch.ones(K), lr=1e-3, psnr_stop=None,
                                 **triton_step.parse_config(config))
+    assert fit.grid == (config.endswith("grid") and isinstance(coords, Grid2D))
     fit.step()
     grads = triton_step.unpack(spec, fit.exp_avg / (1 - fit.betas[0]))
     coords64 = Grid2D(coords.ys.double(), coords.xs.double()) if isinstance(coords, Grid2D) else coords.double()
@@ -67,7 +69,8 @@ def test_one_step_matches_float64(case, config):
 
 @interpreted
 @pytest.mark.parametrize("case", range(3))
-def test_steps_of_adam_follow_the_pytorch_fit(case):
+@pytest.mark.parametrize("layout", ["points", "grid"])
+def test_steps_of_adam_follow_the_pytorch_fit(case, layout):
     """Five fused steps (forward, loss, backward, Adam) follow the PyTorch step + MaskedAdam: the same
     MSE at every step, and the same parameters but for the odd entry whose gradient is so close to
     zero that rounding flips the sign of Adam's first steps (each moves by ~lr either way)."""
@@ -76,7 +79,8 @@ def test_steps_of_adam_follow_the_pytorch_fit(case):
     K = 3
     targets = torch.rand(K, points_of(coords), spec.widths[-1], generator=torch.Generator().manual_seed(case))
     w, b = init_params(spec, case, range(K))
-    fit = triton_step.TritonFit(spec, coords, targets, w, b, torch.ones(K), lr=1e-3, psnr_stop=None, block_p=16)
+    fit = triton_step.TritonFit(spec, coords, targets, w, b, torch.ones(K), lr=1e-3, psnr_stop=None, block_p=16,
+                                layout=layout)
     weights, biases = [x.clone() for x in w], [x.clone() for x in b]
     opt = MaskedAdam(weights + biases, lr=1e-3)
     for _ in range(5):
@@ -95,9 +99,13 @@ def test_steps_of_adam_follow_the_pytorch_fit(case):
 
 
 @interpreted
-def test_early_stopped_networks_match_the_pytorch_fit():
+@pytest.mark.parametrize("config", [None, "16,2,split3,grid"])
+def test_early_stopped_networks_match_the_pytorch_fit(config, monkeypatch):
     """Networks reach PSNR 40 at different steps; each stops at the same step as in the PyTorch fit
-    (which also compacts its working set) and keeps the parameters that reached it."""
+    (which also compacts its working set) and keeps the parameters that reached it: with the
+    default kernel and with the grid layout chosen through ``ZOO_TRITON_CONFIG``."""
+    if config:
+        monkeypatch.setenv("ZOO_TRITON_CONFIG", config)
     spec = SirenSpec((2, 16, 16, 1), init="reference")
     K = 6
     amplitude = torch.tensor([0.02, 0.05, 0.1, 0.2, 0.3, 0.5]).view(K, 1, 1)
@@ -125,8 +133,11 @@ def test_progress_reports_networks_done_without_per_step_synchronization():
 
 
 def test_kernel_configurations_are_parsed_and_bad_ones_refused(monkeypatch):
-    assert triton_step.parse_config("32,2,split3") == {"block_p": 32, "num_warps": 2, "precision": "split3"}
-    for bad in ("32,2", "24,2,ieee", "32,2,fp64", "32,2,ieee,fast", "32,2,split3,defer", "a,b,c"):
+    assert triton_step.parse_config("32,2,split3") == {"block_p": 32, "num_warps": 2, "precision": "split3",
+                                                       "layout": "points"}
+    assert triton_step.parse_config("16,4,split3,grid")["layout"] == "grid"
+    for bad in ("32,2", "24,2,ieee", "32,2,fp64", "32,2,ieee,fast", "32,2,split3,defer", "a,b,c",
+                "16,4,split3,grid,grid"):
         with pytest.raises(ValueError, match="BLOCK_P"):
             triton_step.parse_config(bad)
     monkeypatch.setenv("ZOO_TRITON_CONFIG", "16,2,tf32x3")

@@ -9,6 +9,7 @@ training, the frozen networks are dropped from the computation so they cost noth
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
@@ -57,6 +58,47 @@ STEP_IMPLEMENTATIONS = (*FIT_BACKENDS[1:], "numba-mkl")
 CPU_GROUP = 32  # networks fitted together on a CPU (the native step handles one network at a time)
 
 
+class InitAhead:
+    """Initial parameters drawn on a background thread one group ahead of the fit.
+
+    On a GPU the host only launches a group's steps and waits for them, while drawing the initial
+    parameters (:func:`~zoo.fit.siren.init_params`: one seeded stream per network) is host work
+    that would otherwise sit between two fits. So the fitter takes the current group's draw, starts
+    the next group's, then fits. A draw depends on ``(spec, seed, indices)`` only: taken from here
+    or drawn in place, the bits are the same. One slot, used by one fitting thread at a time.
+    """
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="zoo-init-ahead")  # its thread starts on first use
+        self._ahead = None  # (spec, seed, indices, future) of the draw started last
+
+    def start(self, spec: SirenSpec, seed: int, indices) -> None:
+        """Begin drawing ``indices`` in the background (a draw not taken is dropped)."""
+        self._drop(self._ahead)
+        self._ahead = (spec, seed, list(indices), self._pool.submit(init_params, spec, seed, indices))
+
+    def take(self, spec: SirenSpec, seed: int, indices) -> tuple[list[Tensor], list[Tensor]]:
+        """``init_params(spec, seed, indices)``: the draw started last where it begins with these
+        networks (waiting for it; its error, if it failed, is raised here), else drawn now."""
+        indices = list(indices)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[:2] == (spec, seed) and ahead[2][: len(indices)] == indices:
+            weights, biases = ahead[3].result()
+            return [w[: len(indices)] for w in weights], [b[: len(indices)] for b in biases]
+        self._drop(ahead)
+        return init_params(spec, seed, indices)
+
+    @staticmethod
+    def _drop(ahead) -> None:
+        if ahead is not None:
+            ahead[3].cancel()  # no effect once running: that draw finishes and is forgotten
+
+
+#: the fitting's draw ahead: a chunk's fit starts drawing the networks that follow it, which the
+#: next chunk of an in-process run takes (a run fits its chunks one after the other, in order)
+INIT_AHEAD = InitAhead()
+
+
 @functools.cache
 def compiled_step():
     """``mse_and_grads`` through ``torch.compile`` (fuses the elementwise passes; needs a C++
@@ -77,6 +119,7 @@ def fit_batch(
     compile: bool = False,
     progress: Callable[[float], None] | None = None,
     backend: str = "auto",
+    draw_ahead: bool | None = None,
 ) -> FitResult:
     """Fit ``len(indices)`` networks; network k fits ``targets[k]`` ([P, d_M]) on ``coords``.
 
@@ -87,32 +130,43 @@ def fit_batch(
     step through ``torch.compile`` (the same as ``backend="pytorch-compiled"``). ``backend`` names
     the step (:data:`FIT_BACKENDS`; ``auto``: :func:`choose_step`). ``progress(fraction)`` is called
     with the share of the work done (a network that stopped early counts as done): after every step,
-    every :data:`~zoo.fit.triton_step.CHECK_EVERY` steps for the Triton step.
+    every :data:`~zoo.fit.triton_step.CHECK_EVERY` steps for the Triton step. ``draw_ahead``: draw
+    each group's successor's initial parameters while the group fits (:class:`InitAhead`; after the
+    last group, the networks right after ``indices``: the next chunk's); default: on a CUDA device
+    only (on a CPU the host is busy fitting). The result is the same bits either way.
     """
     backend = choose_step(spec, coords, device, "pytorch-compiled" if compile else backend)
     K = len(indices)
     peak = torch.as_tensor(peak, dtype=torch.float32).expand(K).clone()
     if group is None:
-        group = CPU_GROUP if torch.device(device).type == "cpu" else K
+        group = CPU_GROUP if torch.device(device).type == "cpu" else max(K, 1)
 
     def part_progress(start: int):  # networks done in the part starting at ``start`` -> share of all K
         return None if progress is None else (lambda done: progress((start + done) / K))
 
-    if K > group:
-        parts = [
-            _fit_group(spec, coords, targets[s : s + group], indices[s : s + group], seed, config,
-                       peak[s : s + group], device, backend, part_progress(s))
-            for s in range(0, K, group)
-        ]
-        return FitResult(
-            weights=[np.concatenate([p.weights[m] for p in parts]) for m in range(spec.num_layers)],
-            biases=[np.concatenate([p.biases[m] for p in parts]) for m in range(spec.num_layers)],
-            mse=np.concatenate([p.mse for p in parts]),
-            psnr=np.concatenate([p.psnr for p in parts]),
-            steps=np.concatenate([p.steps for p in parts]),
-            implementation=parts[0].implementation,
-        )
-    return _fit_group(spec, coords, targets, indices, seed, config, peak, device, backend, part_progress(0))
+    if draw_ahead is None:
+        draw_ahead = torch.device(device).type == "cuda"
+    parts = []
+    for s in range(0, K, group) or [0]:  # no networks: one empty part, as before
+        part = indices[s : s + group]
+        init = None
+        if draw_ahead and K:
+            init = INIT_AHEAD.take(spec, seed, part)
+            last = s + group >= K  # then the next chunk's networks follow (or the draw goes unused)
+            following = range(part[-1] + 1, part[-1] + 1 + group) if last else indices[s + group : s + 2 * group]
+            INIT_AHEAD.start(spec, seed, following)
+        parts.append(_fit_group(spec, coords, targets[s : s + group], part, seed, config, peak[s : s + group],
+                                device, backend, part_progress(s), init))
+    if len(parts) == 1:
+        return parts[0]
+    return FitResult(
+        weights=[np.concatenate([p.weights[m] for p in parts]) for m in range(spec.num_layers)],
+        biases=[np.concatenate([p.biases[m] for p in parts]) for m in range(spec.num_layers)],
+        mse=np.concatenate([p.mse for p in parts]),
+        psnr=np.concatenate([p.psnr for p in parts]),
+        steps=np.concatenate([p.steps for p in parts]),
+        implementation=parts[0].implementation,
+    )
 
 
 def choose_step(spec: SirenSpec, coords, device, backend: str = "auto") -> str:
@@ -145,9 +199,10 @@ def choose_step(spec: SirenSpec, coords, device, backend: str = "auto") -> str:
 
 
 def _fit_group(spec, coords, targets, indices, seed, config, peak, device, backend="pytorch",
-               progress=None) -> FitResult:
+               progress=None, init=None) -> FitResult:
     """``progress(networks done)``, after every step: the stopped ones, and the share of the
-    schedule the others went through."""
+    schedule the others went through. ``init``: the networks' initial ``(weights, biases)`` where
+    already drawn (else drawn here)."""
     K = len(indices)
     if targets.shape[0] != K:
         raise ValueError(f"{K} networks but {targets.shape[0]} targets")
@@ -157,9 +212,9 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, backe
     peak = peak.to(device)
     if backend == "triton":
         final_w, final_b, steps_taken = triton_step.fit_group_triton(
-            spec, coords, all_targets, indices, seed, config, peak, device, progress)
+            spec, coords, all_targets, indices, seed, config, peak, device, progress, init=init)
         return _result(spec, final_w, final_b, coords, all_targets, peak, steps_taken, backend)
-    w_init, b_init = init_params(spec, seed, indices)
+    w_init, b_init = init if init is not None else init_params(spec, seed, indices)
     final_w = [w.to(device) for w in w_init]
     final_b = [b.to(device) for b in b_init]
     weights = [w.clone() for w in final_w]

@@ -23,6 +23,7 @@ depend on how networks are grouped into batches or workers.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -88,10 +89,14 @@ class SirenSpec:
         }
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def network_seed(base_seed: int, index: int) -> int:
-    """A 63-bit seed for network ``index``; mixing avoids correlated streams for nearby indices."""
-    ss = np.random.SeedSequence([int(base_seed), int(index)])
-    return int(ss.generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1, 1 << 31], dtype=np.uint64)) & ((1 << 63) - 1)
+    """A 63-bit seed for network ``index``; mixing avoids correlated streams for nearby indices.
+
+    Cached: a chunk's seeds are needed for its initial parameters (drawn ahead of the fit on a GPU)
+    and again for the seed column of its table."""
+    low, high = np.random.SeedSequence([int(base_seed), int(index)]).generate_state(2, dtype=np.uint32).tolist()
+    return (low + (high << 31)) & ((1 << 63) - 1)
 
 
 def init_ranges(spec: SirenSpec) -> list[dict[str, float]]:
@@ -116,18 +121,29 @@ def init_ranges(spec: SirenSpec) -> list[dict[str, float]]:
 
 
 def init_params(spec: SirenSpec, seed: int, indices) -> tuple[list[Tensor], list[Tensor]]:
-    """Stacked initial parameters for networks ``indices``: ``W[m]`` [K, out, in], ``b[m]`` [K, out]."""
-    weights = [torch.empty(len(indices), o, i) for i, o in zip(spec.widths[:-1], spec.widths[1:])]
-    biases = [torch.empty(len(indices), o) for o in spec.widths[1:]]
-    ranges = init_ranges(spec)
+    """Stacked initial parameters for networks ``indices``: ``W[m]`` [K, out, in], ``b[m]`` [K, out].
+
+    Network ``i`` draws from its own stream (seeded by ``network_seed(seed, i)``) layer by layer,
+    weight then bias, skipping zero biases. The per-network loop is the cost (Python calls, not the
+    random numbers), so it holds only the draws: one generator reseeded per network (the same stream
+    as a new one), each tensor drawn into a scratch tensor and copied into its row by numpy (views
+    of the rows, one object per network and tensor, would wake Python's garbage collector)."""
+    K = len(indices)
+    weights = [torch.empty(K, o, i) for i, o in zip(spec.widths[:-1], spec.widths[1:])]
+    biases = [torch.zeros(K, o) for o in spec.widths[1:]]
+    drawn = []  # (stacked tensor, half-width of its range), in the order a network draws them
+    for m, bounds in enumerate(init_ranges(spec)):
+        drawn.append((weights[m], bounds["weight"]))
+        if bounds["bias"]:
+            drawn.append((biases[m], bounds["bias"]))
+    draws = [(stacked.numpy(), scratch, scratch.numpy(), bound)
+             for stacked, bound in drawn for scratch in [torch.empty(stacked.shape[1:])]]
+    gen = torch.Generator()
     for k, index in enumerate(indices):
-        gen = torch.Generator().manual_seed(network_seed(seed, index))
-        for m, bounds in enumerate(ranges):
-            weights[m][k].uniform_(-bounds["weight"], bounds["weight"], generator=gen)
-            if bounds["bias"]:
-                biases[m][k].uniform_(-bounds["bias"], bounds["bias"], generator=gen)
-            else:
-                biases[m][k].zero_()
+        gen.manual_seed(network_seed(seed, index))
+        for rows, scratch, values, bound in draws:
+            scratch.uniform_(-bound, bound, generator=gen)
+            rows[k] = values
     return weights, biases
 
 

@@ -69,8 +69,11 @@ def step_supported(spec: SirenSpec, device) -> bool:
     return available() and torch.device(device).type == "cuda" and supports(spec) is None
 
 
-DEFAULT_CONFIG = {"block_p": 16, "num_warps": 4, "precision": "split3"}  # fastest accurate on an H200
+# the fastest accurate configuration measured on an H100 (benchmarks/README.md: 0.904 ms a step of 4,096
+# MNIST SIRENs, against 1.273 ms for 16,4,split3 with point tiles, the default before)
+DEFAULT_CONFIG = {"block_p": 16, "num_warps": 1, "precision": "split3", "layout": "grid"}
 PRECISIONS = ("ieee", "tf32x3", "split3", "tf32")
+LAYOUTS = ("points", "grid")
 
 
 def kernel_config() -> dict:
@@ -82,14 +85,23 @@ def kernel_config() -> dict:
 
 
 def parse_config(value: str, where: str = "") -> dict:
-    """``BLOCK_P,NUM_WARPS,PRECISION`` (e.g. ``64,4,ieee`` or ``16,4,split3``)."""
+    """``BLOCK_P,NUM_WARPS,PRECISION[,LAYOUT]`` (e.g. ``64,4,ieee`` or ``16,4,split3,grid``).
+
+    ``LAYOUT`` ``grid`` tiles an image grid by rows (a tile = ``BLOCK_P`` pixels of one row) and
+    takes the first layer's sines from per-row and per-column tables; ``points`` (the default)
+    tiles the point list. On a point list ``grid`` falls back to ``points``."""
     try:
-        block_p, warps, precision = value.split(",")
-        config = {"block_p": int(block_p), "num_warps": int(warps), "precision": precision}
+        block_p, warps, precision, *layout = value.split(",")
+        config = {"block_p": int(block_p), "num_warps": int(warps), "precision": precision,
+                  "layout": layout[0] if layout else "points"}
+        if len(layout) > 1:
+            raise ValueError
     except ValueError:
-        raise ValueError(f"{where}{value!r}: expected BLOCK_P,NUM_WARPS,PRECISION, e.g. 16,4,split3") from None
-    if precision not in PRECISIONS or config["block_p"] < 16 or config["block_p"] & (config["block_p"] - 1):
-        raise ValueError(f"{where}{value!r}: BLOCK_P a power of two >= 16, PRECISION one of {PRECISIONS}")
+        raise ValueError(f"{where}{value!r}: expected BLOCK_P,NUM_WARPS,PRECISION[,LAYOUT], e.g. 16,4,split3") from None
+    if (precision not in PRECISIONS or config["layout"] not in LAYOUTS or config["block_p"] < 16
+            or config["block_p"] & (config["block_p"] - 1)):
+        raise ValueError(f"{where}{value!r}: BLOCK_P a power of two >= 16, PRECISION one of {PRECISIONS}, "
+                         f"LAYOUT one of {LAYOUTS}")
     return config
 
 
@@ -122,18 +134,27 @@ if triton is not None:
         return (a.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _dot(a, b, PRECISION: tl.constexpr):
-        """``a @ b``. ``"split3"``: three TF32 tensor-core products of the operands' high and low
-        parts (``a_hi b_hi + a_hi b_lo + a_lo b_hi``, the 3xTF32 scheme), ~fp32 accurate; else
-        ``tl.dot``'s own ``input_precision``."""
+    def _split(b, PRECISION: tl.constexpr):
+        """``b``'s high and low TF32 parts for ``"split3"`` (``b`` twice otherwise): done once,
+        outside the tile loop, for the weight matrix every tile multiplies by."""
+        if PRECISION == "split3":
+            b_hi = _tf32_high(b)
+            return b_hi, b - b_hi
+        else:
+            return b, b
+
+    @triton.jit
+    def _dot(a, b_hi, b_lo, PRECISION: tl.constexpr):
+        """``a @ b`` for ``b_hi, b_lo = _split(b)``. ``"split3"``: three TF32 tensor-core products
+        of the operands' high and low parts (``a_hi b_hi + a_hi b_lo + a_lo b_hi``, the 3xTF32
+        scheme), ~fp32 accurate; else ``tl.dot``'s own ``input_precision``."""
         if PRECISION == "split3":
             a_hi = _tf32_high(a)
-            b_hi = _tf32_high(b)
             acc = tl.dot(a - a_hi, b_hi, input_precision="tf32")
-            acc = tl.dot(a_hi, b - b_hi, acc, input_precision="tf32")
+            acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
             return tl.dot(a_hi, b_hi, acc, input_precision="tf32")
         else:
-            return tl.dot(a, b, input_precision=PRECISION)
+            return tl.dot(a, b_hi, input_precision=PRECISION)
 
     @triton.jit
     def _adam(p_ptr, m_ptr, v_ptr, offs, mask, grad, beta1, beta2, step_size, bc2_sqrt, eps):
@@ -148,16 +169,53 @@ if triton is not None:
         tl.store(m_ptr + offs, m, mask=mask)
         tl.store(v_ptr + offs, v, mask=mask)
 
+    @triton.jit
+    def _hidden_and_output_tile(s1, c1, p, p_ok, targets_ptr, target_base, w3_ptr, b3_ptr, b2, w2_t_hi, w2_t_lo,
+                                w2_hi, w2_lo, h, o, g_w2, g_b2, g_w3, g_b3, sq_err, grad_scale, w0_hidden,
+                                output_offset, H: tl.constexpr, DOUT: tl.constexpr, PRECISION: tl.constexpr):
+        """One tile's second and output layers, loss and backward from the first layer's sines
+        ``s1`` and cosines ``c1`` (``[BLOCK_P, H]``): the accumulated gradients of layers 2 and 3,
+        the squared errors, and ``g1``, d(loss)/d(first pre-activation) without its w0."""
+        z2 = _dot(s1, w2_t_hi, w2_t_lo, PRECISION) + b2[None, :]
+        s2, c2 = _sincos(z2 * w0_hidden)
+        # ---- loss and backward: g is d(loss)/d(pre-activation) without the layer's w0 (the output
+        # layer one output at a time: d_out is tiny, and 3-D broadcasts would cost registers)
+        g2 = tl.zeros(s2.shape, dtype=tl.float32)
+        for j in tl.static_range(DOUT):
+            w3_j = tl.load(w3_ptr + j * H + h)
+            b3_j = tl.load(b3_ptr + j)
+            y_j = tl.sum(s2 * w3_j[None, :], axis=1) + b3_j + output_offset
+            t_j = tl.load(targets_ptr + target_base + p * DOUT + j, mask=p_ok, other=0.0)
+            err = tl.where(p_ok, y_j - t_j, 0.0)
+            sq_err += err * err
+            g3 = err * grad_scale
+            g_w3 += tl.where(o[:, None] == j, tl.sum(g3[:, None] * s2, axis=0)[None, :], 0.0)
+            g_b3 += tl.where(o == j, tl.sum(g3, axis=0), 0.0)
+            g2 += g3[:, None] * w3_j[None, :]
+        g2 = g2 * c2
+        s1_hi, s1_lo = _split(s1, PRECISION)
+        g_w2 += _dot(tl.trans(g2), s1_hi, s1_lo, PRECISION)
+        g1 = _dot(g2, w2_hi, w2_lo, PRECISION) * (w0_hidden * c1)
+        g_b2 += tl.sum(g2, axis=0)
+        return g1, g_w2, g_b2, g_w3, g_b3, sq_err
+
     # ``step`` changes every launch: specializing on its value (Triton does so for 1 and multiples of
     # 16) would compile the kernel again and again
     @triton.jit(do_not_specialize=["step"])
     def _siren_fit_step(
-        params_ptr, exp_avg_ptr, exp_avg_sq_ptr, coords_ptr, targets_ptr, peak_sq_ptr, frozen_ptr, steps_ptr,
-        mse_ptr, P, step, w0_first, w0_hidden, output_offset, psnr_stop,
+        params_ptr, exp_avg_ptr, exp_avg_sq_ptr, coords_ptr, ys_ptr, xs_ptr, targets_ptr, peak_sq_ptr, frozen_ptr,
+        steps_ptr, mse_ptr, P, ROWS, COLS, step, w0_first, w0_hidden, output_offset, psnr_stop,
         beta1, beta2, step_size, bc2_sqrt, eps,
         D0: tl.constexpr, H: tl.constexpr, DOUT: tl.constexpr, D0_P: tl.constexpr, DOUT_P: tl.constexpr,
-        BLOCK_P: tl.constexpr, EARLY_STOP: tl.constexpr, PRECISION: tl.constexpr,
+        BLOCK_P: tl.constexpr, EARLY_STOP: tl.constexpr, PRECISION: tl.constexpr, GRID: tl.constexpr,
+        COL_BLOCKS: tl.constexpr,
     ):
+        """One step of network ``program_id``. ``GRID``: the points are a ``ROWS x COLS`` image grid,
+        point ``(i, j) = (ys[i], xs[j])`` at ``i * COLS + j``; a tile is ``BLOCK_P`` columns of one
+        row, and the first layer's ``sin(w0 (w_y y_i + b) + w0 w_x x_j)`` comes from per-row and
+        per-column sines by ``sin(a + b) = sin a cos b + cos a sin b`` (as the PyTorch step does on
+        a grid), so its sines cost one ``[H]`` vector a row instead of a ``[BLOCK_P, H]`` tile.
+        Else the points are a ``[P, D0]`` list, tiled in order."""
         k = tl.program_id(0).to(tl.int64)
         NPARAM: tl.constexpr = H * D0 + H + H * H + H + DOUT * H + DOUT
         OFF_B1: tl.constexpr = H * D0
@@ -181,7 +239,9 @@ if triton is not None:
             b1 = tl.load(params_ptr + base + OFF_B1 + h)
             w2 = tl.load(params_ptr + base + OFF_W2 + w2_offs)
             b2 = tl.load(params_ptr + base + OFF_B2 + h)
-            w2_t = tl.trans(w2)  # [in, out]: z2 = h1 @ W2^T
+            w2_hi, w2_lo = _split(w2, PRECISION)  # z2 = s1 @ W2^T, g1 = g2 @ W2
+            w2_t_hi = tl.trans(w2_hi)
+            w2_t_lo = tl.trans(w2_lo)
 
             g_w1 = tl.zeros((H, D0_P), dtype=tl.float32)
             g_b1 = tl.zeros((H,), dtype=tl.float32)
@@ -192,40 +252,53 @@ if triton is not None:
             sq_err = tl.zeros((BLOCK_P,), dtype=tl.float32)
             grad_scale = 2.0 / (P * DOUT)  # d(mean squared error)/dy
             target_base = k * P * DOUT
-            for p0 in range(0, P, BLOCK_P):
-                p = p0 + tl.arange(0, BLOCK_P)
-                p_ok = p < P
-                # ---- forward (the input and output layers one coordinate, one output at a time:
-                # d_0 and d_out are tiny, and 3-D broadcasts would cost registers)
-                z1 = tl.zeros((BLOCK_P, H), dtype=tl.float32) + b1[None, :]
-                for i in tl.static_range(D0):
-                    x_i = tl.load(coords_ptr + p * D0 + i, mask=p_ok, other=0.0)
-                    w1_i = tl.load(params_ptr + base + h * D0 + i)
-                    z1 += x_i[:, None] * w1_i[None, :]
-                s1, c1 = _sincos(z1 * w0_first)  # [BLOCK_P, H]
-                z2 = _dot(s1, w2_t, PRECISION) + b2[None, :]
-                s2, c2 = _sincos(z2 * w0_hidden)
-                # ---- loss and backward: g is d(loss)/d(pre-activation) without the layer's w0
-                g2 = tl.zeros((BLOCK_P, H), dtype=tl.float32)
-                for j in tl.static_range(DOUT):
-                    w3_j = tl.load(params_ptr + base + OFF_W3 + j * H + h)
-                    b3_j = tl.load(params_ptr + base + OFF_B3 + j)
-                    y_j = tl.sum(s2 * w3_j[None, :], axis=1) + b3_j + output_offset
-                    t_j = tl.load(targets_ptr + target_base + p * DOUT + j, mask=p_ok, other=0.0)
-                    err = tl.where(p_ok, y_j - t_j, 0.0)
-                    sq_err += err * err
-                    g3 = err * grad_scale
-                    g_w3 += tl.where(o[:, None] == j, tl.sum(g3[:, None] * s2, axis=0)[None, :], 0.0)
-                    g_b3 += tl.where(o == j, tl.sum(g3, axis=0), 0.0)
-                    g2 += g3[:, None] * w3_j[None, :]
-                g2 = g2 * c2
-                g_w2 += _dot(tl.trans(g2), s1, PRECISION)
-                g1 = _dot(g2, w2, PRECISION) * (w0_hidden * c1)
-                g_b2 += tl.sum(g2, axis=0)
-                g_b1 += tl.sum(g1, axis=0)
-                for i in tl.static_range(D0):
-                    x_i = tl.load(coords_ptr + p * D0 + i, mask=p_ok, other=0.0)
-                    g_w1 += tl.where(d[None, :] == i, tl.sum(g1 * x_i[:, None], axis=0)[:, None], 0.0)
+            w3_ptr = params_ptr + base + OFF_W3
+            b3_ptr = params_ptr + base + OFF_B3
+            if GRID:  # D0 == 2: input 0 is y (the row), input 1 is x (the column)
+                w1_y = tl.load(params_ptr + base + h * 2)
+                w1_x = tl.load(params_ptr + base + h * 2 + 1)
+                g_w1_y = tl.zeros((H,), dtype=tl.float32)
+                g_w1_x = tl.zeros((H,), dtype=tl.float32)
+                for cb in tl.static_range(COL_BLOCKS):
+                    col = cb * BLOCK_P + tl.arange(0, BLOCK_P)
+                    col_ok = col < COLS
+                    x = tl.load(xs_ptr + col, mask=col_ok, other=0.0)
+                    s_col, c_col = _sincos(w0_first * (x[:, None] * w1_x[None, :]))  # [BLOCK_P, H], once a step
+                    g1_per_col = tl.zeros((BLOCK_P, H), dtype=tl.float32)  # g1 summed over the rows
+                    for i in range(ROWS):
+                        y = tl.load(ys_ptr + i)
+                        s_row, c_row = _sincos(w0_first * (w1_y * y + b1))  # [H]
+                        s1 = s_row[None, :] * c_col + c_row[None, :] * s_col
+                        c1 = c_row[None, :] * c_col - s_row[None, :] * s_col
+                        g1, g_w2, g_b2, g_w3, g_b3, sq_err = _hidden_and_output_tile(
+                            s1, c1, i * COLS + col, col_ok, targets_ptr, target_base, w3_ptr, b3_ptr, b2,
+                            w2_t_hi, w2_t_lo, w2_hi, w2_lo, h, o, g_w2, g_b2, g_w3, g_b3, sq_err, grad_scale,
+                            w0_hidden, output_offset, H, DOUT, PRECISION)
+                        per_row = tl.sum(g1, axis=0)  # masked columns have g1 = 0 (their error is 0)
+                        g_b1 += per_row
+                        g_w1_y += per_row * y
+                        g1_per_col += g1
+                    g_w1_x += tl.sum(g1_per_col * x[:, None], axis=0)
+                g_w1 = tl.where(d[None, :] == 0, g_w1_y[:, None], tl.where(d[None, :] == 1, g_w1_x[:, None], 0.0))
+            else:
+                for p0 in range(0, P, BLOCK_P):
+                    p = p0 + tl.arange(0, BLOCK_P)
+                    p_ok = p < P
+                    # the input layer one coordinate at a time (d_0 is tiny)
+                    z1 = tl.zeros((BLOCK_P, H), dtype=tl.float32) + b1[None, :]
+                    for i in tl.static_range(D0):
+                        x_i = tl.load(coords_ptr + p * D0 + i, mask=p_ok, other=0.0)
+                        w1_i = tl.load(params_ptr + base + h * D0 + i)
+                        z1 += x_i[:, None] * w1_i[None, :]
+                    s1, c1 = _sincos(z1 * w0_first)  # [BLOCK_P, H]
+                    g1, g_w2, g_b2, g_w3, g_b3, sq_err = _hidden_and_output_tile(
+                        s1, c1, p, p_ok, targets_ptr, target_base, w3_ptr, b3_ptr, b2, w2_t_hi, w2_t_lo, w2_hi,
+                        w2_lo, h, o, g_w2, g_b2, g_w3, g_b3, sq_err, grad_scale, w0_hidden, output_offset,
+                        H, DOUT, PRECISION)
+                    g_b1 += tl.sum(g1, axis=0)
+                    for i in tl.static_range(D0):
+                        x_i = tl.load(coords_ptr + p * D0 + i, mask=p_ok, other=0.0)
+                        g_w1 += tl.where(d[None, :] == i, tl.sum(g1 * x_i[:, None], axis=0)[:, None], 0.0)
             mse = tl.sum(sq_err, axis=0) / (P * DOUT)
             tl.store(mse_ptr + k, mse)
             stop = False
@@ -279,13 +352,14 @@ class TritonFit:
     """The fit of one group of networks on the GPU: parameters, Adam moments, frozen flags and step
     counts held on the device, one :meth:`step` a kernel launch.
 
-    ``precision`` is ``tl.dot``'s input precision for the three hidden-layer products: ``"ieee"``
+    ``layout`` ``"grid"`` tiles a :class:`Grid2D` by rows (see :func:`parse_config`); on a point list
+    it is ``"points"``. ``precision`` is ``tl.dot``'s input precision for the three hidden-layer products: ``"ieee"``
     (fp32 FMAs), ``"tf32x3"`` (tensor cores, three TF32 products, ~fp32 accuracy) or ``"tf32"``.
     """
 
     def __init__(self, spec: SirenSpec, coords, targets: Tensor, weights, biases, peak: Tensor, lr: float,
                  psnr_stop: float | None, betas=(0.9, 0.999), eps: float = 1e-8, block_p: int | None = None,
-                 num_warps: int | None = None, precision: str | None = None):
+                 num_warps: int | None = None, precision: str | None = None, layout: str | None = None):
         problem = supports(spec)
         if problem:
             raise ValueError(problem)
@@ -311,6 +385,12 @@ class TritonFit:
         self.block_p = block_p or default["block_p"]
         self.num_warps = num_warps or default["num_warps"]
         self.precision = precision or default["precision"]
+        self.grid = (layout or default["layout"]) == "grid" and isinstance(coords, Grid2D) and spec.widths[0] == 2
+        if self.grid:  # the grid's axes (the point list stays for nothing but a valid pointer)
+            self.ys = coords.ys.to(self.device, torch.float32).contiguous()
+            self.xs = coords.xs.to(self.device, torch.float32).contiguous()
+        else:
+            self.ys = self.xs = self.points
         self.count = 0  # steps taken so far (Adam's bias correction)
 
     def step(self) -> None:
@@ -324,12 +404,12 @@ class TritonFit:
         bc2_sqrt = math.sqrt(1 - beta2**self.count)
         d0, dout = spec.widths[0], spec.widths[-1]
         _siren_fit_step[(K,)](
-            self.params, self.exp_avg, self.exp_avg_sq, self.points, self.targets, self.peak_sq, self.frozen,
-            self.steps_taken, self.mse, self.P, step, float(w0[0]), float(w0[1]), float(spec.output_offset),
-            float(self.psnr_stop if self.psnr_stop is not None else 0.0), beta1, beta2, step_size, bc2_sqrt,
+            self.params, self.exp_avg, self.exp_avg_sq, self.points, self.ys, self.xs, self.targets, self.peak_sq,
+            self.frozen, self.steps_taken, self.mse, self.P, self.ys.numel(), self.xs.numel(), step, float(w0[0]),
+            float(w0[1]), float(spec.output_offset), float(self.psnr_stop if self.psnr_stop is not None else 0.0), beta1, beta2, step_size, bc2_sqrt,
             self.eps, D0=d0, H=spec.widths[1], DOUT=dout, D0_P=_pow2(d0), DOUT_P=_pow2(dout),
-            BLOCK_P=self.block_p, EARLY_STOP=self.psnr_stop is not None, PRECISION=self.precision,
-            num_warps=self.num_warps,
+            BLOCK_P=self.block_p, EARLY_STOP=self.psnr_stop is not None, PRECISION=self.precision, GRID=self.grid,
+            COL_BLOCKS=-(-self.xs.numel() // self.block_p) if self.grid else 1, num_warps=self.num_warps,
         )
 
     def all_frozen(self) -> bool:
@@ -346,10 +426,11 @@ class TritonFit:
 
 
 def fit_group_triton(spec: SirenSpec, coords, targets: Tensor, indices, seed: int, config, peak: Tensor,
-                     device, progress=None, **kernel_options):
+                     device, progress=None, init=None, **kernel_options):
     """Fit ``len(indices)`` networks with the Triton step; returns ``(weights, biases, steps_taken)``
-    on the device. ``progress(networks done)`` every :data:`CHECK_EVERY` steps."""
-    w_init, b_init = init_params(spec, seed, indices)
+    on the device. ``progress(networks done)`` every :data:`CHECK_EVERY` steps. ``init``: the
+    networks' initial ``(weights, biases)`` where already drawn (else drawn here)."""
+    w_init, b_init = init if init is not None else init_params(spec, seed, indices)
     K = len(indices)
     fit = TritonFit(spec, coords, targets.to(device), [w.to(device) for w in w_init],
                     [b.to(device) for b in b_init], peak, config.lr, config.psnr_stop, **kernel_options)
