@@ -31,7 +31,7 @@ class EquivariantMap(nn.Module):
         self.gate_io = MLP(d_in, hidden, d_out, d_extra)
 
     def forward(self, x: Tensor, extra: Tensor | None, hidden: bool) -> Tensor:
-        gate = self.gate_hidden(self.invariant(x), extra) if hidden else self.gate_io(x, extra)
+        gate = self.gate_hidden(x, extra, invariant=self.invariant) if hidden else self.gate_io(x, extra)
         return self.linear(x) * gate
 
 

@@ -20,8 +20,10 @@ class MLP(nn.Module):
         self.first_extra = nn.Linear(d_extra, hidden, bias=False) if d_extra else None
         self.norm, self.last = nn.LayerNorm(hidden), nn.Linear(hidden, d_out)
 
-    def forward(self, x: Tensor, extra: Tensor | None = None) -> Tensor:
-        h = self.first(x)
+    def forward(self, x: Tensor, extra: Tensor | None = None, invariant: nn.Module | None = None) -> Tensor:
+        """``invariant``: the MLP of ``[invariant(x), extra]``, its map and ``first`` applied as one where
+        both end and start linearly (``invariant.then``)."""
+        h = self.first(x) if invariant is None else invariant.then(self.first, x)
         if self.first_extra is not None:
             h = h + self.first_extra(extra)  # broadcasts: the extra input's axes may be of size 1
         return self.last(nn.functional.silu(self.norm(h)))

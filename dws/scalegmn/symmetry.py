@@ -43,10 +43,20 @@ class SignSymmetrization(nn.Module):
         super().__init__()
         self.first, self.norm, self.last = nn.Linear(dim, dim), nn.LayerNorm(dim), nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def branches(self, x: Tensor) -> Tensor:
+        """``h_+ + h_-``, the symmetrized hidden layer of ``rho``."""
         h = nn.functional.linear(x, self.first.weight)
-        branches = nn.functional.silu(self.norm(h + self.first.bias)) + nn.functional.silu(self.norm(self.first.bias - h))
-        return nn.functional.linear(branches, self.last.weight) + 2 * self.last.bias
+        return nn.functional.silu(self.norm(h + self.first.bias)) + nn.functional.silu(self.norm(self.first.bias - h))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.functional.linear(self.branches(x), self.last.weight) + 2 * self.last.bias
+
+    def then(self, linear: nn.Linear, x: Tensor) -> Tensor:
+        """``linear(self(x))`` with the two consecutive linear maps multiplied into one, ``C (B h + 2c) + e =
+        (C B) h + (2 C c + e)``: one ``d x d`` product per input instead of two (every edge's message)."""
+        weight = linear.weight @ self.last.weight
+        bias = 2 * linear.weight @ self.last.bias + (0 if linear.bias is None else linear.bias)
+        return nn.functional.linear(self.branches(x), weight, bias)
 
 
 class ScaleNormalization(nn.Module):
@@ -58,6 +68,10 @@ class ScaleNormalization(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) + self.eps)
+
+    def then(self, linear: nn.Linear, x: Tensor) -> Tensor:
+        """``linear(self(x))`` (the same interface as :meth:`SignSymmetrization.then`)."""
+        return linear(self(x))
 
 
 INVARIANT_MAPS = {"sign": SignSymmetrization, "scale": ScaleNormalization}
