@@ -395,7 +395,8 @@ def show(store, out, count, data_root):
               help="Passes over the train split per training (each candidate lr, each seed).")
 @click.option("--batch-size", type=int, default=None,
               help="Networks per step (--task adapt: classifiers per step); default 512, 64 for the graph models "
-                   "(ng-*, scalegmn*: their per-weight activations need ~25-90 MB per network).")
+                   "(ng-*, scalegmn*: their per-weight activations need ~25-90 MB per network), 32 for "
+                   "classifier zoos and --task adapt (the paper's).")
 @click.option("--lr", type=float, default=TRAIN["lr"],
               help="Learning rate; default: choose from {5e-3, 1e-3, 5e-4, 1e-4} on val.")
 @click.option("--seeds", type=int, default=TRAIN["seeds"], show_default=True,
@@ -456,9 +457,10 @@ def show(store, out, count, data_root):
               help="--task adapt: the folder of the classifiers' images (default: the one the store recorded).")
 @click.option("--image-batch", type=int, default=TRAIN["image_batch"], show_default=True,
               help="--task adapt: images per classifier and step, drawn equally from its classes.")
-@_max_memory("the model, batches, a chunk being read, then the train split whole if it fits (else a shuffle "
-             "window as large as fits), then val and test whole where they fit (else streamed chunk by chunk). "
-             "It decides the data order, so a resumed run must use the same")
+@_max_memory("the model, its activations, batches, a chunk being read, then the train split whole if it fits (else "
+             "a shuffle window as large as fits), then val and test whole where they fit (else streamed chunk by "
+             "chunk); --workers N: an equal share per worker. It decides the data order, so a resumed run must use "
+             "the same")
 def train(store, **kw):
     """Train a model on a store's train split, select on val, report test (see docs/train.md). Options left
     out follow the store's kind (said in one line); an interrupted run resumes when rerun."""
@@ -488,7 +490,9 @@ def train(store, **kw):
               help="--task adapt runs: write every network of STORE, adapted, as a new store here.")
 @click.option("--data-root", default=None, type=click.Path(),
               help="--task adapt runs: the folder of STORE's images (default: the run's, else the store's).")
-@_max_memory("the model, batches, a chunk being read, and the split whole if it fits (else streamed chunk by chunk)")
+@_max_memory("the model, its activations, batches, a chunk being read, and the split whole if it fits (else streamed "
+             "chunk by chunk); "
+             "with --out, a few chunks being adapted and written and the images")
 def eval_(run, store, split, out, data_root, max_memory):
     """Re-evaluate RUN's best checkpoint on STORE (refused if STORE's networks are incompatible); with --out,
     write STORE's classifiers adapted by an adapt run as a new store."""
@@ -499,8 +503,8 @@ def eval_(run, store, split, out, data_root, max_memory):
         from zoo.options import require_writable_folder
 
         require_writable_folder("--out", out)  # before the run is loaded
-        click.echo(json.dumps(write_adapted_store(run, store, out, data_root, log=click.echo), indent=2,
-                              ensure_ascii=False))
+        click.echo(json.dumps(write_adapted_store(run, store, out, data_root, log=click.echo, max_memory=max_memory),
+                              indent=2, ensure_ascii=False))
         return
     from dws.tasks.rundir import evaluate_run
 

@@ -203,7 +203,7 @@ def test_train_on_a_classifier_zoo_follows_the_store_and_reports_the_papers_unit
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if line.startswith("note: --task")]
     assert notes == ["note: --task regress --target test_accuracy --hidden-channels 16 --input-reduction 16 "
-                     "--no-augment (from the store: a mnist-classifiers zoo: the paper's generalization "
+                     "--no-augment --batch-size 32 (from the store: a mnist-classifiers zoo: the paper's generalization "
                      "prediction); pass these options to choose otherwise"]
     summary = result.output.strip().splitlines()[-1]
     metrics = json.loads((run / "metrics.json").read_text())

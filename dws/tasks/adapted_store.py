@@ -20,25 +20,35 @@ import pyarrow as pa
 import torch
 
 from dws.stream.batch import arrays_from_weightspace, weightspace_from_arrays
+from dws.stream.memory import activation_bytes, model_bytes, network_bytes, plan_memory
 from dws.weightspace import WeightSpace
+from zoo.options import DEFAULT_MAX_MEMORY
 from zoo.store import StoreError, WeightStore
 from zoo.store.derive import write_store_by_chunk
 from zoo.store.location import store_root
 from zoo.store.manifest import read_manifest
 
-from .adaptation import accuracies
+from .adaptation import Adaptation, accuracies
+from .options import ACTIVATION_PEAK
 from .rundir import load_run
 
 
 def write_adapted_store(run_dir: str | Path, store_path: str | Path, out: str | Path, data_root: str | None = None,
-                        batch_size: int = 64, log=print) -> dict:
-    """Write ``out``; returns per split the mean accuracies before and after (clean and corrupted)."""
+                        batch_size: int = 64, log=print, max_memory: int = DEFAULT_MAX_MEMORY) -> dict:
+    """Write ``out``, one chunk at a time, holding at most ``max_memory`` bytes (refused in one line
+    before anything is written when it cannot); returns per split the mean accuracies before and
+    after (clean and corrupted)."""
     run = load_run(run_dir)
     if not run.task.outputs_weights:
         raise ValueError(f"{run_dir} is a --task {run.task.name} run; only --task adapt runs output networks "
                          f"(drop --out)")
     store = run.check(WeightStore(store_path))
     adaptation = run.bind(store, data_root).adaptation
+    batch = min(batch_size, store.chunk_size)  # (a chunk's networks are adapted in batches)
+    plan_memory(max_memory, store, {}, shuffled=None, batch_size=batch, model_bytes=model_bytes(run.model),
+                training=False, extra=adaptation_bytes(adaptation, store),
+                activations=activation_bytes(run.model, store.widths, batch,
+                                             ACTIVATION_PEAK[run.config["options"]["model"]][1]))
     origin = {"derived_from": str(_resolved(store.root)), "run": str(Path(run_dir).resolve())}
     overwrite = _interrupted_by_the_same(Path(out), origin, log)
 
@@ -81,6 +91,24 @@ def write_adapted_store(run_dir: str | Path, store_path: str | Path, out: str | 
     write_store_by_chunk(out, widths=store.widths, num_networks=store.num_networks, chunk=chunk,
                          splits=manifest["splits"], metadata=meta, chunk_size=store.chunk_size, overwrite=overwrite)
     return summarize(WeightStore(out))
+
+
+def adaptation_bytes(adaptation: Adaptation, store: WeightStore) -> dict[str, int]:
+    """What writing an adapted store holds beside the model, its batches and the chunk being read: a
+    chunk's networks transformed, adapted (its batches, then joined) and being written (3 chunks); the
+    images (uint8 as read, the domain's train and hold-out copies of the train images, the clean and
+    the corrupted test inputs in float32); and, per chunk, the test inputs that :func:`accuracies`
+    selects once for each class set of its networks (the chunk that selects most)."""
+    data = adaptation.domain.data
+    labels, test_inputs = torch.from_numpy(data.test_labels), 4 * data.test_pixels.size
+    selected = 0
+    for lo in range(0, store.num_networks, store.chunk_size):
+        class_sets = adaptation.classes[lo : lo + store.chunk_size].unique(dim=0)
+        rows = sum(int(torch.isin(labels, classes).sum()) for classes in class_sets)
+        selected = max(selected, rows * test_inputs // max(1, len(labels)))
+    return {"networks adapted and written": 3 * store.chunk_size * network_bytes(store),
+            "images": 2 * data.train_pixels.nbytes + data.test_pixels.nbytes + 2 * test_inputs,
+            "a chunk's class sets' images": selected}
 
 
 @torch.no_grad()

@@ -193,16 +193,23 @@ class RunCheckpoints:
             return []
         return sorted(p.stem for p in self.folder.glob("*.pt"))
 
-    def check(self) -> None:
-        """Refuse to resume an unfinished run saved with other settings (CheckpointError naming them)."""
+    def saved_settings(self) -> dict | None:
+        """The settings the unfinished run was saved with (None: nothing to resume)."""
         if not self.unfinished():
-            return
-        path = self.folder / SETTINGS
+            return None
         try:
-            saved = json.loads(path.read_text())
+            return json.loads((self.folder / SETTINGS).read_text())
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{self.folder} holds an unfinished run whose {SETTINGS} cannot be read ({exc}); "
                                   f"rerun with {RESTART} to start over") from exc
+
+    def check(self, saved_before: Mapping[str, Any] | None = None) -> None:
+        """Refuse to resume an unfinished run saved with other settings (CheckpointError naming them);
+        ``saved_before``: the values of settings added since, for a run saved without them."""
+        saved = self.saved_settings()
+        if saved is None:
+            return
+        saved = {**(saved_before or {}), **saved}
         differences = settings_diff(saved, self.settings, labels=("unfinished run", "now"))
         if differences:
             lines = "\n  ".join(differences)

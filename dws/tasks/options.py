@@ -28,6 +28,14 @@ SCALEGMN_MODELS = ("scalegmn", "scalegmn-b")
 # through several MLPs, ~25-90 MB of activations per (2, 32, 32, 1) SIREN, so 512 needs 12-45 GB
 DEFAULT_BATCH_SIZE = 512
 MODEL_BATCH_SIZES = {name: 64 for name in NG_MODELS + SCALEGMN_MODELS}
+# A model's activations in the --max-memory plan (dws.stream.memory.activation_bytes): the bytes autograd
+# saves for the backward, times (training step, no-grad evaluation). Peak RSS growth over the saved bytes,
+# measured on (2, 16, 16, 1) SIRENs at batch 256 (graph models 64), one step in a fresh process:
+# 1.8-2.4 / 0.25-0.66 for the DWSNet and the baselines (up to 2.8 over a whole `zoo train`, whose
+# allocator keeps freed blocks); 3.1-3.5 / 1.1 for the NFNs, whose einsums hold temporaries that are
+# not saved; 0.94-1.14 / 0.06-0.29 for the graph models (tests/test_memory_gaps.py checks them)
+ACTIVATION_PEAK = {name: (4.0, 1.5) if name in NFN_MODELS else (1.5, 0.5) if name in NG_MODELS + SCALEGMN_MODELS
+                   else (3.0, 1.0) for name in MODELS}
 # The symmetry each model is exactly invariant (or equivariant) to, which --normalize orbit pools the
 # statistics over (dws.stream.orbit): "permutation": hidden-neuron permutations; "permutation+scale":
 # also the activation's own neuron scaling (sign flips for sine and tanh, positive scales for ReLU);
@@ -49,14 +57,18 @@ ADAPT_MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align")  # the models whose ou
 # 48 channels and no reduction, except for adapt, whose default is the paper's adapter (16 channels,
 # its 3072 image inputs reduced to d_0' = 16)
 MODEL_DEFAULTS = dict(hidden_channels=48, input_reduction=None)
-TASK_MODEL_DEFAULTS = {"adapt": dict(hidden_channels=16, input_reduction=16)}
+# --task adapt and classifier zoos: the paper's 32 input networks a step (its appendix). At 512 a
+# classifier's per-weight features need ~11-28 GiB of activations, over the default --max-memory.
+CLASSIFIER_BATCH_SIZE = 32
+TASK_MODEL_DEFAULTS = {"adapt": dict(hidden_channels=16, input_reduction=16, batch_size=CLASSIFIER_BATCH_SIZE)}
 # What `zoo train STORE` does when --task is not given: the paper's experiment for the store's kind
 # (its manifest's `targets`). Classifier zoos also get the paper's DWSNet for classifiers (16 channels,
 # d_0 reduced to d_0' = 16; without it a 784-input DWSNet of 48 channels has ~9 billion parameters)
 # and no weight augmentation (noise and dropout change a classifier's function, so its accuracy, the target).
 TASK_OF_TARGETS = {("label",): "classify", ("frequency",): "regress", ("amplitude", "frequency"): "ssl",
                    ("test_accuracy",): "regress"}
-CLASSIFIER_ZOO_DEFAULTS = dict(target="test_accuracy", hidden_channels=16, input_reduction=16, augment=False)
+CLASSIFIER_ZOO_DEFAULTS = dict(target="test_accuracy", hidden_channels=16, input_reduction=16, augment=False,
+                               batch_size=CLASSIFIER_BATCH_SIZE)
 # how the DWSNet runs (dws.nn.fast.accelerate's backends; tests/test_train.py checks they agree):
 # auto = native C kernels where they apply, else fused PyTorch; plain = the paper's modules as written
 BACKENDS = ("auto", "native", "pytorch", "plain")
@@ -197,9 +209,9 @@ def default_normalization(opts: TrainOptions) -> TrainOptions:
 def store_defaults(opts: TrainOptions) -> tuple[TrainOptions, str | None]:
     """:func:`with_task_defaults`'s options, and one line saying what followed the store (None when
     nothing did). Reads the store's manifest (not its networks) where something is left unset."""
-    opts = model_defaults(opts)  # the model's, not the store's
-    unset = {name for name in ("task", "target", "hidden_channels", "input_reduction", "augment")
+    unset = {name for name in ("task", "target", "hidden_channels", "input_reduction", "augment", "batch_size")
              if getattr(opts, name) is None}
+    opts = model_defaults(opts)  # the model's, where the store has none (the batch size)
     if not unset:
         return opts, None
     from zoo.store.manifest import read_manifest  # lazily: `import cli` reads no store code
@@ -219,7 +231,7 @@ def store_defaults(opts: TrainOptions) -> tuple[TrainOptions, str | None]:
     resolved = replace(opts, **chosen)
     # say what the store chose: the task (and target) where --task was not given, and for classifier
     # zoos the DWSNet and augmentation that differ from the INR zoos' defaults
-    shown = {k: chosen[k] for k in ("task", "target", "hidden_channels", "input_reduction", "augment")
+    shown = {k: chosen[k] for k in ("task", "target", "hidden_channels", "input_reduction", "augment", "batch_size")
              if chosen.get(k) is not None and (k in ("task", "target") or classifiers)
              and (k != "augment" or not chosen[k])}
     if not shown or not ("task" in chosen or classifiers):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -21,17 +21,17 @@ from torch import nn
 
 from dws.stream import Normalizer, WeightStoreLoader, describe_excluded, excluded, inr_augmentation, usable_mask
 from dws.stream.orbit import normalization_statistics
-from dws.stream.memory import MemoryPlan, model_bytes, plan_memory
+from dws.stream.memory import MemoryPlan, activation_bytes, model_bytes, plan_memory
 from dws.stream.rows import view_mask
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
-from zoo.options import MIN_SELECTION_NETWORKS, MIN_SELECTION_RUNS, plural
+from zoo.options import DEFAULT_MAX_MEMORY, MIN_SELECTION_NETWORKS, MIN_SELECTION_RUNS, format_size, plural
 from zoo.store import StoreError, WeightStore
 
-from .checkpoint import RunCheckpoints
+from .checkpoint import RESTART, RunCheckpoints
 from .models import build_model, training_store
 from .objectives import Task, get_task
-from .options import CLAIMED_SYMMETRY, TrainOptions, default_run_dir, with_task_defaults
+from .options import ACTIVATION_PEAK, CLAIMED_SYMMETRY, TrainOptions, default_run_dir, with_task_defaults
 
 
 class FirstBatches:
@@ -145,11 +145,39 @@ def check_store(store: WeightStore, task: Task, opts: TrainOptions, ranges: dict
 SPEED_ONLY = ("out", "progress", "loader_workers", "device", "backend", "address", "resume")
 
 
+# options added after runs were first checkpointed (both 2026-11-27), and the value that reproduces
+# a run saved before they existed: per-entry normalization, as every run normalized then (adapt: none,
+# its models take raw networks); the default budget (before it, each split was held whole up to 2 GiB,
+# which the default budget also holds whole unless the model's share leaves less room)
+LEGACY_SETTINGS = {"normalize": lambda opts: None if opts.normalize is None else "entry",
+                   "max_memory": lambda opts: DEFAULT_MAX_MEMORY}
+
+
+def option_flag(name: str) -> str:
+    """``max_memory`` -> ``--max-memory``."""
+    return f"--{name.replace('_', '-')}"
+
+
 def resume_settings(opts: TrainOptions, store: WeightStore) -> dict:
     """What an unfinished run and its rerun must agree on: the options by flag, and which store."""
-    settings = {f"--{name.replace('_', '-')}": value for name, value in asdict(opts).items()
+    settings = {option_flag(name): value for name, value in asdict(opts).items()
                 if name not in SPEED_ONLY and name != "store"}
     return {"STORE": str(store.root.resolve()), "STORE created": store.manifest.get("created"), **settings}
+
+
+def with_legacy_settings(opts: TrainOptions, saved: dict | None, log) -> tuple[TrainOptions, dict]:
+    """``opts`` for resuming an unfinished run whose ``saved`` settings lack options added since
+    (:data:`LEGACY_SETTINGS`): those take the values it was trained with, said in one line; and those
+    values by flag (empty: nothing filled in)."""
+    missing = {name: value(opts) for name, value in LEGACY_SETTINGS.items()
+               if saved is not None and option_flag(name) not in saved}
+    if not missing:
+        return opts, {}
+    values = ", ".join(f"{option_flag(name)} {format_size(value) if name == 'max_memory' else value}"
+                       for name, value in missing.items())
+    log(f"note: the unfinished run was saved before {' and '.join(map(option_flag, missing))} existed; it resumes "
+        f"with {values}, which reproduce how it began ({RESTART} starts over with the options given)")
+    return replace(opts, **missing), {option_flag(name): value for name, value in missing.items()}
 
 
 def warn_small_val(store: WeightStore, opts: TrainOptions, log) -> None:
@@ -188,8 +216,9 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     log_excluded(store, ranges, log)
     task = task.bind(store, opts.data_root, opts.image_batch)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
+    opts, legacy = with_legacy_settings(opts, RunCheckpoints(run_dir, {}, opts.resume).saved_settings(), log)
     checkpoints = RunCheckpoints(run_dir, resume_settings(opts, store), opts.resume)
-    checkpoints.check()
+    checkpoints.check(saved_before=legacy)
     num_classes, out_features = task.num_classes(store), task.output_size(store)
     model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
                         bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=opts.input_reduction,
@@ -201,22 +230,37 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
         model_kwargs["target_scale"] = scale
     # refuses what cannot be built (plain: no kernel build for a check)
     model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs, backend="plain")
-    def plan(reading: WeightStore) -> MemoryPlan:  # refuses a budget below one chunk and one batch
+    device = resolve_device(opts.device)
+    # a data-parallel worker runs its model on its rows of each batch; SSL runs two views per step
+    shard_rows = -(-opts.batch_size // opts.workers)
+
+    def step_activations() -> int:
+        return activation_bytes(model, store.widths, shard_rows, ACTIVATION_PEAK[opts.model][0],
+                                forwards=2 if task.name == "ssl" else 1)
+
+    # a model with a store hook may need what it prepares to run forward (mlp-align): probed after it
+    hooked = hasattr(model, "prepare_store")
+
+    def plan(reading: WeightStore, activations: int) -> MemoryPlan:  # refuses a budget below one chunk and one batch
         return plan_memory(opts.max_memory, reading, {split: stop - start for split, (start, stop) in ranges.items()},
                            shuffled="train", batch_size=opts.batch_size, model_bytes=model_bytes(model),
-                           training=True, workers=opts.loader_workers)
+                           training=True, workers=opts.loader_workers, activations=activations,
+                           activations_on_host=device == "cpu", sharers=opts.workers)
 
-    memory = plan(store)
+    memory = plan(store, 0 if hooked else step_activations())
     if (run_dir / "metrics.json").exists() and not checkpoints.unfinished():
         log(f"note: {run_dir} holds an earlier run; this one replaces it when it finishes")
     data_store = training_store(model, store, run_dir, log)
-    if data_store is not store:  # (its chunks may differ)
-        memory = plan(data_store)
-    if not all(split.in_memory for split in memory.splits.values()):
+    if hooked or data_store is not store:  # (its chunks may differ)
+        memory = plan(data_store, step_activations())
+    if not all(split.in_memory for split in memory.splits.values()) or opts.workers > 1:
         log(memory.describe())
+    if "--max-memory" in legacy and not memory.splits["train"].in_memory:
+        log("warning: the train split now streams in shuffle windows; the epochs after the resume see another "
+            "order of networks than the run began with")
     augment = default_augmentation(store) if opts.augment and not task.outputs_weights else None
     # a residual-weight model (adapt) takes raw networks
     statistics = None if task.outputs_weights else normalization_statistics(
         data_store.stats(), opts.normalize, CLAIMED_SYMMETRY.get(opts.model))
     return PreparedRun(opts, store, task, run_dir, num_classes, out_features, model_kwargs, data_store,
-                       resolve_device(opts.device), augment, checkpoints, statistics, memory)
+                       device, augment, checkpoints, statistics, memory)

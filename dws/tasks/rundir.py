@@ -28,14 +28,14 @@ import torch
 from torch import nn
 
 from dws.stream import Normalizer, WeightStoreLoader
-from dws.stream.memory import model_bytes, plan_memory
+from dws.stream.memory import activation_bytes, model_bytes, plan_memory
 from dws.weightspace import WeightSpace
 from zoo.options import DEFAULT_MAX_MEMORY
 from zoo.store import StoreError, WeightStore
 
 from .models import build_model, evaluation_transform
 from .objectives import Task, get_task
-from .options import TrainOptions, default_run_dir, with_task_defaults
+from .options import ACTIVATION_PEAK, TrainOptions, default_run_dir, with_task_defaults
 from .prepare import PreparedRun, resume_settings
 from .protocol import format_report
 from .trainer import Predictions, TrainResult, evaluate
@@ -240,16 +240,21 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     return LoadedRun(run_dir, config, task, model, normalizer, evaluation_transform(model))
 
 
-def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test", batch_size: int = 512,
+def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test", batch_size: int | None = None,
                  data_root: str | None = None, max_memory: int = DEFAULT_MAX_MEMORY) -> dict:
     """Re-evaluate a run's best checkpoint on ``split`` of any compatible store, holding at most
-    ``max_memory`` bytes (a split that does not fit is streamed chunk by chunk)."""
+    ``max_memory`` bytes (a split that does not fit is streamed chunk by chunk); in batches of
+    ``batch_size`` networks (None: the run's own, as its training evaluated them)."""
     run = load_run(run_dir)
     store = run.check(WeightStore(store_path))
     task = run.bind(store, data_root)
+    options = run.config["options"]
+    batch_size = batch_size or options.get("batch_size") or 512
+    activations = activation_bytes(run.model, store.widths, batch_size, ACTIVATION_PEAK[options["model"]][1])
     read = [split] + (["train"] if task.probe and split != "train" else [])
     memory = plan_memory(max_memory, store, {name: len(range(*store.split_range(name))) for name in read},
-                         shuffled=None, batch_size=batch_size, model_bytes=model_bytes(run.model), training=False)
+                         shuffled=None, batch_size=batch_size, model_bytes=model_bytes(run.model), training=False,
+                         activations=activations)
     probe = run.loader(store, "train", batch_size, **memory.splits["train"].loader_options()) if task.probe else None
     loader = run.loader(store, split, batch_size, **memory.splits[split].loader_options())
     metrics = evaluate(run.model, task, loader, "cpu", probe)
