@@ -292,8 +292,9 @@ def test_a_chunk_tasks_result_carries_what_the_driver_needs(tmp_path):
 
     target = ChunkTarget(0, 0, 4, 4, chunk_layout(manifest), None)
     result = recipe.work(**recipe.job(target, "cpu"))
-    assert set(result) >= {"chunk", "networks", "moments", "params", "rows"} and "fragment" not in result
-    assert result["moments"].normal.count == 4 and json.dumps(result["chunk"]) == "0"
+    # the driver writes the chunk and takes its moments as it writes it (zoo.generate.chunk)
+    assert set(result) >= {"chunk", "networks", "params", "rows"} and not {"fragment", "moments"} & set(result)
+    assert json.dumps(result["chunk"]) == "0"
     stored = WeightStore(tmp_path / "s").read(0, 4)
     for name, values in stored.items():
         np.testing.assert_array_equal(result["params"][name], values)

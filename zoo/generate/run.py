@@ -12,6 +12,7 @@ result equals an uninterrupted run.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -40,12 +41,16 @@ from ..store.writer import (
 )
 from ..store.card import CARD, write_card
 from ..store.finish import finish
-from .chunk import ChunkTarget
+from .chunk import ChunkTarget, train_moments
 from .command import command_line
 from .executors import host_memory_available, job_size, make_executor, split_jobs, uses_ray
 from .kinds import KINDS, get_kind
 from .progress import GenerateProgress
 from .writeback import ChunkWriter, write_depth
+
+#: the most threads a chunk's moments take (beyond a few, memory bandwidth bounds them)
+MAX_MOMENT_THREADS = 8
+
 
 @dataclass
 class GenerateOptions:
@@ -257,13 +262,23 @@ def _statistics(manifest: dict, moments: dict[int, TrainMoments], log) -> Moment
     return reduced
 
 
+def moment_threads() -> int:
+    """Threads the driver takes a chunk's moments with: the cores beside the one making chunks, at
+    most :data:`MAX_MOMENT_THREADS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_MOMENT_THREADS, cores - 1))
+
+
 def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool) -> dict[int, TrainMoments]:
     """Make the chunks ``todo``; a chunk is listed complete once its data and fragment are stored
-    (by its task where the store is a URL, else by the background writer while the next job runs:
-    :mod:`zoo.generate.writeback`). A job makes one chunk or several consecutive ones
-    (:mod:`zoo.generate.executors`: the recipe's wish, capped) and returns one result per chunk,
-    each written and listed on its own, so an interrupted job leaves whole chunks listed and the
-    rest to remake. Returns the chunks' train moments."""
+    and its train moments taken (by its task where the store is a URL, else by the background
+    writer while the next job runs: :mod:`zoo.generate.writeback`). A job makes one chunk or several
+    consecutive ones (:mod:`zoo.generate.executors`: the recipe's wish, capped) and returns one
+    result per chunk, each written and listed on its own, so an interrupted job leaves whole chunks
+    listed and the rest to remake. Returns the chunks' train moments."""
     layout, url = chunk_layout(manifest), (str(out) if isinstance(out, UrlRoot) else None)
     done = manifest["num_networks"] - sum(np.diff(chunk_bounds(manifest, c))[0] for c in todo)
     in_process = executor.name == "local"
@@ -276,16 +291,20 @@ def _make_chunks(executor, recipe, out, manifest, device, todo, progress: bool) 
     bar = GenerateProgress(manifest["num_networks"], done, f"{recipe.verb} {manifest['kind']}", enabled=progress,
                            chunks_left=len(todo), workers=None if in_process else workers * per_job)
     bar_lock = threading.Lock()  # the bar moves from the chunk being made and from the writer
-    moments = {}
+    moments, threads = {}, moment_threads()
 
     def store(result: dict) -> None:
-        """Write a finished chunk (unless its task did), list it complete, move the bar: the writer's
-        work, in the order the chunks finished; the one place that rewrites the manifest here."""
+        """Write a finished chunk and take its train moments (unless its task did), list it complete,
+        move the bar: the writer's work, in the order the chunks finished; the one place that
+        rewrites the manifest here."""
         chunk = result["chunk"]
         if "fragment" in result:
             fragment = result["fragment"]
         else:
-            fragment = write_chunk(out, chunk, result.pop("params"), result.pop("rows"), layout)
+            params, rows = result.pop("params"), result.pop("rows")
+            fragment = write_chunk(out, chunk, params, rows, layout)
+            result["moments"] = train_moments(*chunk_bounds(manifest, chunk), train_stop(manifest), params, rows,
+                                              threads)
         mark_chunks_complete(out, manifest, {chunk: fragment})
         if result["moments"] is not None:
             moments[chunk] = result["moments"]

@@ -1,10 +1,10 @@
 """Writing finished chunks in the background while the next ones are made.
 
 ``zoo generate`` hands every finished chunk to a :class:`ChunkWriter`. Its one thread writes the
-chunk (arrays, then fragment), lists it complete in the manifest and moves the progress bar, in
-the order the chunks were handed over, while the calling thread makes the next chunk: the chunk
-phase takes about max(compute, write) instead of their sum (``benchmarks/store_write.py
---only overlap`` measures it).
+chunk (arrays, then fragment), takes its train moments for the statistics, lists it complete in
+the manifest and moves the progress bar, in the order the chunks were handed over, while the
+calling thread makes the next chunk: the chunk phase takes about max(compute, write) instead of
+their sum (``benchmarks/store_write.py --only overlap`` measures it).
 
 * **Bounded.** The writer holds at most ``depth`` chunks (waiting, or being written); handing
   over one more blocks until one is written, so memory stays at the chunk being made plus

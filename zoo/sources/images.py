@@ -153,7 +153,8 @@ class ImageSource(Source):
             keep = np.ones(n, bool) if split == "test" else self.holdout.mask(n) == (split == "val")
             ids = np.arange(n) if data.item_ids is None else data.item_ids
             self._splits[split] = ImageSplit(
-                images=data.images[keep].astype(np.float32) / np.float32(self.pixel_scale),
+                # one pass, the same bits as astype(float32) then dividing (uint8 converts exactly)
+                images=np.divide(data.images[keep], np.float32(self.pixel_scale), dtype=np.float32),
                 labels=data.labels[keep].astype(np.int64),
                 item_ids=ids[keep].astype(np.int64),
                 source=self.name, split=split, official_split=official,

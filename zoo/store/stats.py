@@ -10,10 +10,18 @@ same result either way, so a resumed store's statistics equal an uninterrupted o
 Networks whose row says they did not train normally (``status`` other than ``ok``: a classifier
 whose loss turned non-finite) are left out: their parameters may be huge and would swamp the
 normalization of every other network (unless no train network at all trained normally).
+
+A chunk's moments are computed a block of entries at a time (:func:`_entry_moments`), in threads
+where the caller has cores to spare: the same float64 sums in the same order as over the whole
+chunk, bit for bit, without a float64 copy of the chunk and its temporaries (a 482 MB classifier
+chunk: 0.49 s -> 0.10 s on one core of the development machine).
 """
 
 from __future__ import annotations
 
+import math
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import reduce
 
@@ -26,6 +34,9 @@ from .location import zarr_location
 from .writer import arrays_root, record_metadata
 
 STD_FLOOR = 1e-8  # entries that never vary are divided by 1 instead of ~0
+#: entries whose moments are computed at a time: a block of a chunk's networks in float64 stays in
+#: cache (894 networks x 256 entries: 1.8 MB)
+BLOCK_ENTRIES = 256
 
 
 @dataclass
@@ -35,15 +46,17 @@ class Moments:
     m2: dict[str, np.ndarray]
 
     @classmethod
-    def of(cls, arrays: dict[str, np.ndarray]) -> "Moments":
-        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
-        count = next(iter(arrays.values())).shape[0]
+    def of(cls, arrays: dict[str, np.ndarray], rows: np.ndarray | None = None, threads: int = 1) -> "Moments":
+        """The moments of ``arrays`` (``[networks, ...]`` each) over their networks, or over those at
+        positions ``rows``; ``threads``: blocks of entries computed at once."""
+        count = len(rows) if rows is not None else len(next(iter(arrays.values())))
         if count == 0:
             return cls(0, {k: np.zeros(v.shape[1:]) for k, v in arrays.items()},
                        {k: np.zeros(v.shape[1:]) for k, v in arrays.items()})
-        mean = {k: v.mean(0) for k, v in arrays.items()}
-        m2 = {k: ((v - mean[k]) ** 2).sum(0) for k, v in arrays.items()}
-        return cls(count, mean, m2)
+        with ThreadPoolExecutor(threads) if threads > 1 else nullcontext() as pool:
+            each = map if pool is None else pool.map
+            both = {k: _entry_moments(np.asarray(v), rows, each) for k, v in arrays.items()}
+        return cls(count, {k: mean for k, (mean, _) in both.items()}, {k: m2 for k, (_, m2) in both.items()})
 
     def combine(self, other: "Moments") -> "Moments":
         n = self.count + other.count
@@ -60,6 +73,39 @@ class Moments:
         if self.count == 0:
             raise ValueError("no train networks: normalization statistics are undefined")
         return {k: np.sqrt(v / self.count) for k, v in self.m2.items()}
+
+
+def _mean_and_m2(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per entry over axis 0, in float64: the mean and the sum of squared deviations from it (M2)."""
+    values = np.asarray(values, dtype=np.float64)
+    mean = values.mean(0)
+    return mean, ((values - mean) ** 2).sum(0)
+
+
+def _entry_moments(values: np.ndarray, rows: np.ndarray | None, each=map) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_mean_and_m2` of ``values[rows]``, :data:`BLOCK_ENTRIES` entries at a time (``each``: ``map``,
+    or a thread pool's).
+
+    Bit for bit the whole array's: numpy reduces axis 0 of an array whose other axes hold two or
+    more entries row after row for each entry (pairwise summation is only for the contiguous axis,
+    which a single-entry array's axis 0 becomes), so an entry's sums do not depend on its
+    neighbours. Blocks therefore hold two or more entries, and arrays of a few blocks go whole."""
+    if math.prod(values.shape[1:]) <= 2 * BLOCK_ENTRIES:
+        return _mean_and_m2(values if rows is None else values[rows])
+    flat = values.reshape(len(values), -1)
+    starts = list(range(0, flat.shape[1], BLOCK_ENTRIES))
+    if flat.shape[1] - starts[-1] < 2:  # a last block of one entry joins the one before
+        starts.pop()
+    bounds = list(zip(starts, starts[1:] + [flat.shape[1]]))
+    mean, m2 = np.empty(flat.shape[1]), np.empty(flat.shape[1])
+
+    def block(bound: tuple[int, int]) -> None:
+        lo, hi = bound
+        mean[lo:hi], m2[lo:hi] = _mean_and_m2(flat[:, lo:hi] if rows is None else flat[rows, lo:hi])
+
+    for _ in each(block, bounds):
+        pass
+    return mean.reshape(values.shape[1:]), m2.reshape(values.shape[1:])
 
 
 def empty_moments(parameters: dict) -> Moments:
@@ -86,16 +132,17 @@ def row_status(rows: pa.Table, start: int, stop: int) -> np.ndarray | None:
 
 
 def chunk_train_moments(values: dict[str, np.ndarray], start: int, train_stop: int,
-                        status: np.ndarray | None) -> TrainMoments:
+                        status: np.ndarray | None, threads: int = 1) -> TrainMoments:
     """The moments of a chunk's train networks (indices below ``train_stop``) from its float32
-    ``values`` (``[n, ...]`` for networks ``start..``); ``status`` as :func:`row_status` gives it."""
+    ``values`` (``[n, ...]`` for networks ``start..``); ``status`` as :func:`row_status` gives it;
+    ``threads``: see :meth:`Moments.of`."""
     n = max(0, min(len(next(iter(values.values()))), train_stop - start))
     train = {name: np.ascontiguousarray(v[:n], dtype=np.float32) for name, v in values.items()}
-    every = Moments.of(train)
+    every = Moments.of(train, threads=threads)
     if status is None or (status[:n] == "ok").all():
         return TrainMoments(every, every)
     keep = np.flatnonzero(status[:n] == "ok")
-    return TrainMoments(Moments.of({name: v[keep] for name, v in train.items()}), every)
+    return TrainMoments(Moments.of(train, rows=keep, threads=threads), every)
 
 
 def reduce_moments(parts: list[TrainMoments]) -> tuple[Moments, bool]:
