@@ -13,7 +13,8 @@
 #          steps each without early stop, in-process on the GPU: wall time against the 20 s goal
 #   clf    benchmarks/classifier_throughput.py on the GPU: the batched classifier zoos against the
 #          naive one-run-at-a-time loop, bounded, no store written (measured 2026-11-27; by name only)
-#   clfgen `zoo generate` of the paper-sized classifier zoos with their stores written (fmnist:
+#   clfgen `zoo generate` (through benchmarks/generate_timeline.py, which prints when each phase ran)
+#          of the paper-sized classifier zoos with their stores written (fmnist:
 #          200 runs x 149 checkpoints, 15.6 GB, real Fashion-MNIST; cifar10: 5,000 networks of
 #          CIFAR-shaped noise, benchmarks/synthetic_cifar.py): wall time against the 20 s / 10 s
 #          goals and against the time the env stage's disk speed needs for the store's bytes
@@ -122,7 +123,9 @@ clfgen_stage() {
         store=$WORK/$kind
         rm -rf "$store"
         t0=$(date +%s.%N)
-        $PY -m cli generate $kind "${source[@]}" --workers 1 --device cuda --out "$store" || { status=1; continue; }
+        # through the phase timeline (benchmarks/generate_timeline.py: each phase's start and end, to stderr)
+        $PY benchmarks/generate_timeline.py generate $kind "${source[@]}" --workers 1 --device cuda --out "$store" \
+            || { status=1; continue; }
         t1=$(date +%s.%N)
         $PY -m cli info "$store" | head -12
         $PY - "$kind" "$store" "$t0" "$t1" "$goal" "$WORK/disk_mb_s" <<'PY'
