@@ -5,7 +5,7 @@
 Runs the ``zoo`` command line given (the same arguments as ``zoo``) in this process, with the
 functions of each phase wrapped to record when they start and end and on which thread: importing
 torch, reading the source, the plan, creating the store, the per-job host buffers, training a
-group, test accuracy, a chunk's moments, writing and listing chunks, the statistics, the content
+group, test accuracy, fitting a chunk of INRs (its initial parameters, the final MSE), a chunk's moments, writing and listing chunks, the statistics, the content
 ID, the card, the summary. At exit it prints one line per call (phase, thread, start, end,
 seconds, all from the process start) and the exit time, to stderr. Why: issue 33's GPU runs of the
 classifier zoos took 3-14x their training time and their disk time, and the progress bar alone does
@@ -33,6 +33,8 @@ PHASES = {
     "zoo.generate.chunk": ("finish_chunk", "chunk_train_moments", "train_moments"),
     "zoo.generate.classifiers": ("host_arrays", "train_runs", "_finish_chunk", "ClassifierRecipe.plan",
                                  "ClassifierRecipe.report"),
+    "zoo.generate.inr": ("InrRecipe.plan", "InrRecipe.work", "fit_batch"),  # (work: the chunk's fit)
+    "zoo.fit.fitter": ("InitAhead.take", "_result"),
     "zoo.train.trainer": ("_train_group", "TrainedGroup.test_accuracy"),
     "zoo.store.finish": ("content_id", "write_card"),
     "zoo.inspect": ("summary",),
@@ -61,7 +63,10 @@ def instrument() -> list[str]:
             if not hasattr(owner, attribute):
                 missing.append(f"{module_name}.{name}")
                 continue
-            setattr(owner, attribute, record(name, getattr(owner, attribute)))
+            timed = record(name, getattr(owner, attribute))
+            if isinstance(vars(owner).get(attribute), staticmethod):  # (a class's static method stays one)
+                timed = staticmethod(timed)
+            setattr(owner, attribute, timed)
     return missing
 
 

@@ -9,7 +9,7 @@
 #          in several tile / warp / precision / layout configurations vs the PyTorch step, the published
 #          one-network-at-a-time recipe, gradient errors against float64; picks the fastest accurate
 #          configuration for `gen` (ZOO_TRITON_CONFIG)
-#   gen    `zoo generate` of the paper's 70,000 MNIST INRs (official files, --init reference), 1,000
+#   gen    `zoo generate` (through benchmarks/generate_timeline.py) of the paper's 70,000 MNIST INRs (official files, --init reference), 1,000
 #          steps each without early stop, in-process on the GPU: wall time against the 20 s goal
 #   clf    benchmarks/classifier_throughput.py on the GPU: the batched classifier zoos against the
 #          naive one-run-at-a-time loop, bounded, no store written (measured 2026-11-27; by name only)
@@ -91,8 +91,9 @@ gen_stage() {
     [ -n "$best" ] && export ZOO_TRITON_CONFIG=$best && echo "ZOO_TRITON_CONFIG=$best (from the fit stage)"
     rm -rf "$store"
     local t0=$(date +%s.%N)
-    $PY -m cli generate mnist-inr --data-root "$PAYLOAD/data/mnist-full" --init reference --no-early-stop \
-        --chunk-size 4096 --workers 1 --device cuda --out "$store" || return 1
+    # through the phase timeline (benchmarks/generate_timeline.py): where the time beyond the kernel goes
+    $PY benchmarks/generate_timeline.py generate mnist-inr --data-root "$PAYLOAD/data/mnist-full" --init reference \
+        --no-early-stop --chunk-size 4096 --workers 1 --device cuda --out "$store" || return 1
     local t1=$(date +%s.%N)
     $PY -m cli info "$store"
     du -sh "$store"

