@@ -8,7 +8,7 @@ INR classification tasks, one protocol, filled cell by cell over days and resume
 The zoos are inr_classification's (``--stores``: that pipeline's ``--out``; a missing one is
 generated there). ``ci``: on the ci zoo (4,583 / 417 / 2,000 INRs of offline real images), each
 model's learning rate is chosen on val among ``zoo train``'s candidates (``zoo train`` without
-``--lr``), at the full-scale model size (48 channels, the others sized to it) and the model's default
+``--lr``), at the full-scale model size (48 channels; NFNs and baselines sized to that DWSNet, NG and ScaleGMN at their papers' sizes) and the model's default
 batch size, one seed, 40 epochs (10 for the graph models, whose batch of 64 makes 8x the steps of
 an epoch). ``full``: the paper's 55,000 / 5,000 / 10,000 INRs, each model one seed for 100 epochs at
 the lr its ci cell chose (or ``--lr MODEL=LR``), as the recorded full-scale DWSNet run; cheapest

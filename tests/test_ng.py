@@ -164,13 +164,18 @@ def test_refusals_in_one_line(tiny_store):
         model(random_space((2, 5, 1), 1, 1, torch.Generator().manual_seed(0)))
 
 
-def test_the_models_are_sized_to_the_dwsnet():
+def test_the_models_take_the_papers_width_in_proportion_to_the_channels():
+    """The reference's c = 32 (98,122 / 379,594 parameters on 2-32-32-1) at the DWSNet's default 48
+    channels, in proportion otherwise (even, for the transformer's 8 heads)."""
     from dws.tasks.models import build_model
 
-    for name, cls in (("ng-gnn", NGGNN), ("ng-transformer", NGTransformer)):
+    for name, cls, params in (("ng-gnn", NGGNN, 98_122), ("ng-transformer", NGTransformer, 379_594)):
         model, desc = build_model(name, (2, 32, 32, 1), 10)
-        assert isinstance(model, cls)
-        assert abs(desc["params"] - desc["sized_to"]) / desc["sized_to"] < 0.15, desc
+        assert isinstance(model, cls) and desc["width"] == 32 and desc["params"] == params, desc
+        assert desc["params"] == sum(p.numel() for p in model.parameters())
+        assert build_model(name, (2, 32, 32, 1), 10, hidden_channels=96)[1]["width"] == 64
+        assert build_model(name, (2, 32, 32, 1), 10, hidden_channels=16)[1]["width"] == 10
+        assert build_model(name, (2, 32, 32, 1), 10, hidden_channels=1)[1]["width"] == 2
 
 
 @pytest.mark.parametrize("name", ["ng-gnn", "ng-transformer"])

@@ -16,6 +16,6 @@ A room of its own beside :mod:`dws.nn` and :mod:`dws.nfn` (one idea per module, 
 
 from dws.ng.construct import GraphConstructor
 from dws.ng.graph import LayeredGraph
-from dws.ng.models import NGGNN, NGTransformer, gnn_ratios, transformer_ratios
+from dws.ng.models import PAPER_NG_WIDTH, NGGNN, NGTransformer, gnn_ratios, transformer_ratios
 
-__all__ = ["GraphConstructor", "LayeredGraph", "NGGNN", "NGTransformer", "gnn_ratios", "transformer_ratios"]
+__all__ = ["PAPER_NG_WIDTH", "GraphConstructor", "LayeredGraph", "NGGNN", "NGTransformer", "gnn_ratios", "transformer_ratios"]

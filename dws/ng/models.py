@@ -6,7 +6,7 @@ Both are graph construction (:mod:`dws.ng.construct`) -> backbone -> the output 
 PNA ``d_hid=32``, 4 layers, 128 Fourier frequencies (scale 3), head ``32 -> 32``; RT ``d_edge=32``,
 ``d_node=64``, attention/node-MLP/head width 128, edge-MLP width 64, 8 heads, 4 layers, 128 Fourier
 frequencies (scale 1). :func:`gnn_ratios` and :func:`transformer_ratios` scale those to one width ``c``,
-which ``dws.tasks.models`` sizes to the DWSNet's parameter count (docs/dws.md).
+which ``dws.tasks.models`` sets to the reference's 32 at the DWSNet's default channels (docs/dws.md).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from dws.ng.pna import PNABackbone
 from dws.ng.readout import OutputNeuronHead
 from dws.ng.relational import RTLayer
 from dws.weightspace import WeightSpace
+
+
+PAPER_NG_WIDTH = 32  # both reference INR classifiers' c: PNA's d_hid, RT's d_edge
 
 
 def gnn_ratios(channels: int) -> dict:

@@ -32,7 +32,7 @@ from dws.baselines import build_baseline, count_params
 from dws.baselines.sizing import size_to_params
 from dws.nfn import NFNInvariant
 from dws.nfn.models import paper_ratios
-from dws.ng import NGGNN, NGTransformer, gnn_ratios, transformer_ratios
+from dws.ng import PAPER_NG_WIDTH, NGGNN, NGTransformer, gnn_ratios, transformer_ratios
 from dws.nn import DWSNetEquivariant, DWSNetInvariant
 from dws.nn.fast import accelerate
 from dws.scalegmn import PAPER_HIDDEN, ScaleGMNInvariant, symmetry_of
@@ -50,6 +50,13 @@ def dwsnet_kwargs(hidden_channels: int, num_layers: int, dropout: float = 0.0, b
                   blocks: str = "all", pool: str = "max", input_reduction: int | None = None) -> dict:
     return dict(hidden_channels=hidden_channels, num_layers=num_layers, dropout=dropout, bn=bn,
                 blocks=blocks, pool=pool, input_reduction=input_reduction)
+
+
+def paper_width(paper: int, hidden_channels: int, multiple_of: int = 1) -> int:
+    """A model whose paper fixes its size: the paper's width at the DWSNet's default channels, in
+    proportion to ``--hidden-channels`` otherwise (issue 32: sizes are matched only where no paper fixes one)."""
+    width = round(paper * hidden_channels / MODEL_DEFAULTS["hidden_channels"] / multiple_of) * multiple_of
+    return max(multiple_of, width)
 
 
 def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_channels: int = 48,
@@ -93,15 +100,13 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
             lambda channels: NFNInvariant(widths, out_features, mode=mode, dropout=dropout, **paper_ratios(channels)),
             target, width_arg="channels", hi=1024, rtol=params_rtol)
         desc = {"model": name, "params": params, "sized_to": target}
-    elif name in NG_MODELS:  # the reference INR classifiers' proportions, their width sized to the DWSNet
-        make = {"ng-gnn": lambda width: NGGNN(widths, out_features, dropout=dropout, **gnn_ratios(width)),
-                "ng-transformer": lambda width: NGTransformer(widths, out_features, dropout=dropout,
-                                                              **transformer_ratios(width))}[name]
-        model, params = size_to_params(make, target, width_arg="width", hi=1024,
-                                       multiple_of=2, rtol=params_rtol)
-        desc = {"model": name, "params": params, "sized_to": target}
+    elif name in NG_MODELS:  # the reference INR classifiers' width 32 at the DWSNet's default channels, in proportion
+        width = paper_width(PAPER_NG_WIDTH, hidden_channels, multiple_of=2)
+        ratios = gnn_ratios if name == "ng-gnn" else transformer_ratios
+        model = (NGGNN if name == "ng-gnn" else NGTransformer)(widths, out_features, dropout=dropout, **ratios(width))
+        desc = {"model": name, "params": count_params(model), "dwsnet_params": target, "width": width}
     elif name in SCALEGMN_MODELS:  # the paper's d = 128 at the DWSNet's default channels, in proportion otherwise
-        width = max(1, round(PAPER_HIDDEN * hidden_channels / MODEL_DEFAULTS["hidden_channels"]))
+        width = paper_width(PAPER_HIDDEN, hidden_channels)
         model = ScaleGMNInvariant(widths, out_features, symmetry_of(activation), dropout=dropout, hidden=width,
                                   variant="bidirectional" if name == "scalegmn-b" else "forward")
         desc = {"model": name, "params": count_params(model), "dwsnet_params": target, "width": width,
