@@ -67,12 +67,19 @@ NOTES = {
 }
 
 
+def cifar_store(scale_name: str, out: Path, workers: int, data_root=None, log=print) -> Path:
+    """The scale's zoo of CIFAR-10 binary classifiers (also the weight-space models table's adaptation
+    column); ``data_root`` None: the scale's copy in ../shared/data (:func:`.common.shared_data`)."""
+    return make_store(out, f"{scale_name}-cifar10-classifiers", log=log, workers=workers,
+                      progress=scale_name != "smoke", data_root=shared_data(data_root, SHARED_DATA.get(scale_name)),
+                      **SCALES[scale_name].generate)
+
+
 def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print) -> Path:
     scale = SCALES[scale_name]
     data_root = shared_data(data_root, SHARED_DATA.get(scale_name))
     quiet = scale_name == "smoke"
-    store = make_store(out, f"{scale_name}-cifar10-classifiers", log=log, workers=workers, progress=not quiet,
-                       data_root=data_root, **scale.generate)
+    store = cifar_store(scale_name, out, workers, data_root, log)
     models = models or MODELS[scale_name]
     results, runs = {}, {}
     for model in models:

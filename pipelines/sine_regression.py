@@ -27,9 +27,15 @@ MODELS = {"smoke": ("dwsnet", "mlp"), "ci": ("dwsnet", "mlp", "mlp-perm"),
           "full": ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer")}
 
 
+def sine_store(scale_name: str, out: Path, workers: int, log=print) -> Path:
+    """The scale's zoo of sine INRs (also the weight-space models table's sine column)."""
+    return make_store(out, f"{scale_name}-sine-regression", log=log, workers=workers, progress=False,
+                      **SCALES[scale_name].generate)
+
+
 def run(scale_name: str, out: Path, workers: int, models=None, log=print) -> Path:
     scale = SCALES[scale_name]
-    store = make_store(out, f"{scale_name}-sine-regression", log=log, workers=workers, progress=False, **scale.generate)
+    store = sine_store(scale_name, out, workers, log)
     models = models or MODELS[scale_name]
     results: dict[str, dict[int, dict]] = {m: {} for m in models}
     cells: dict[tuple[str, int], str] = {}

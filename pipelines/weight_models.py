@@ -1,69 +1,95 @@
-"""Issue 32's weight-space models table: every ``zoo train --model`` on the MNIST INR and Fashion-MNIST
-INR classification tasks, one protocol, filled cell by cell over days and resumed after interruption.
+"""Issue 32's weight-space models table: every ``zoo train --model`` on five tasks (the table's
+columns), one protocol, filled cell by cell over days and resumed after interruption.
 
     python -m pipelines.weight_models --scale ci --dataset mnist      # each model's lr chosen on val (hours)
     python -m pipelines.weight_models --scale full --dataset mnist    # one cell at a time (days); rerun to go on
     python -m pipelines.weight_models --scale full --models dwsnet --lr dwsnet=1e-3   # an lr given, not from ci
+    python -m pipelines.weight_models --scale ci --column sine        # sine frequency regression
+    python -m pipelines.weight_models --scale ci --column generalization   # then --scale full --store ZOO
+    python -m pipelines.weight_models --scale ci --column adapt       # domain adaptation (weight-space outputs)
+    python -m pipelines.weight_models --summary                      # every column in one table
 
-The zoos are inr_classification's (``--stores``: that pipeline's ``--out``; a missing one is
-generated there). ``ci``: on the ci zoo (4,583 / 417 / 2,000 INRs of offline real images), each
-model's learning rate is chosen on val among ``zoo train``'s candidates (``zoo train`` without
-``--lr``), at the full-scale model size (48 channels; NFNs and baselines sized to that DWSNet, NG and ScaleGMN at their papers' sizes) and the model's default
-batch size, one seed, 40 epochs (10 for the graph models, whose batch of 64 makes 8x the steps of
-an epoch). ``full``: the paper's 55,000 / 5,000 / 10,000 INRs, each model one seed for 100 epochs at
-the lr its ci cell chose (or ``--lr MODEL=LR``), as the recorded full-scale DWSNet run; cheapest
-first (ci's time per epoch), one at a time. ``smoke``: ci's protocol on a tiny zoo, seconds.
+Columns (``--column``; ``--dataset mnist|fmnist`` names the two INR ones, as before), each on the
+zoos of the paper-reproduction pipeline that owns the task (``--stores``: that pipeline's ``--out``;
+a missing zoo is generated there, or ``--store PATH`` names an existing one, checked to be the zoo
+that pipeline makes at the scale) and with that pipeline's training settings:
+
+- ``mnist``, ``fmnist``: inr_classification's INRs, ``--task classify``, test accuracy. ``ci``: on the
+  ci zoo (4,583 / 417 / 2,000 INRs of offline real images) at the full-scale model size (48 channels;
+  NFNs and baselines sized to that DWSNet, NG and ScaleGMN at their papers' sizes) and the model's
+  default batch size, 40 epochs (10 for the graph models, whose batch of 64 makes 8x the steps of an
+  epoch). ``full``: the paper's 55,000 / 5,000 / 10,000 INRs, 100 epochs at the lr of the model's ci
+  cell (or ``--lr MODEL=LR``), as the recorded full-scale DWSNet run; cheapest first (ci's time per
+  epoch), one at a time.
+- ``sine``: sine_regression's zoo (ci: 320 / 50 / 100 INRs of sin(bx)), ``--task regress`` of the
+  frequency, test MSE; its settings (8 channels, 2 layers, batch 32, 40 epochs). Scales smoke, ci.
+- ``generalization``: generalization's Fashion-MNIST classifier zoo, ``--task regress --target
+  test_accuracy``, 100 x test MSE and Kendall's tau; its settings (``--input-reduction 16``, 16
+  channels, batch 32, 15 epochs, no augmentation). ``ci``: its 40-run zoo; ``full``: the 200-run zoo
+  (``--store`` an existing one), at the lr of the ci cell.
+- ``adapt``: domain_adaptation's CIFAR-10 classifiers, ``--task adapt``, the adapted classifiers' test
+  accuracy on corrupted images (and before adaptation); its settings (the paper's adapter, 3 epochs at
+  ci); only the models whose output is a weight space (``dws.tasks.options.ADAPT_MODELS``): the
+  invariant ones are refused. Scales smoke, ci.
+
+Every column's lr is chosen on val among ``zoo train``'s candidates (``zoo train`` without ``--lr``)
+at ``ci`` (``full`` takes it from there), one seed; ``smoke``: ci's protocol on a tiny zoo, seconds.
 
 Every cell is a ``zoo train`` run directory under ``OUT/SCALE/runs``: a rerun reuses a finished
 one (never retrains it) and resumes an unfinished one from its last epoch. ``--normalize`` is left
-to ``zoo train``'s per-model default (orbit for the models that claim a symmetry, else entry).
-Written: ``OUT/SCALE/results-DATASET.json`` (each cell: status, lr and where it was chosen,
-accuracies, parameters, epochs, wall time, its commands) and ``report-DATASET.md``, rewritten before
-and after every cell.
+to ``zoo train``'s per-model default (orbit for the models that claim a symmetry, else entry; none
+for adapt). Written: ``OUT/SCALE/results-COLUMN.json`` (each cell: status, lr and where it was
+chosen, metrics, parameters, epochs, wall time, its commands) and ``report-COLUMN.md``, rewritten
+before and after every cell; ``--summary``: ``OUT/summary.md``, every column at its table's scale
+(INR columns and generalization: full; sine and adapt: ci).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+import numpy as np
+
 from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, Checkpoint
-from dws.tasks.options import (DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, TrainOptions, model_defaults,
-                              with_task_defaults)
+from dws.tasks.options import (ADAPT_MODELS, DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, TrainOptions,
+                               model_defaults, with_task_defaults)
 from dws.tasks.prepare import SPEED_ONLY, option_flag
 from dws.tasks.protocol import PAPER_LRS
 from dws.tasks.rundir import finished_run
 from dws.tasks.run import train_run
 from zoo.options import require_positive
+from zoo.store import WeightStore
 
-from .common import write_report
-from .inr_classification import DATASETS, inr_store
+from . import domain_adaptation, generalization, inr_classification, sine_regression
+from .common import Scale, write_report
+from .inr_classification import DATASETS, FMNIST, inr_store
 
 # issue 32's rows, cheapest first (training step per network on a CPU, docs/train.md "Speed"): the
 # order of the ci cells, and of the full ones whose ci cost is unknown
 MODELS = ("mlp", "mlp-align", "dwsnet", "nfn-hnp", "nfn-np", "ng-gnn", "scalegmn", "ng-transformer", "scalegmn-b")
 # the models --models may name: every zoo train model classifies INRs (all 13 ran at smoke, 2026-11-27)
 CLASSIFY_MODELS = TRAIN_MODELS
-TASK = "classify"
-# inr_classification's default --out, where its zoos are
-DEFAULT_STORES = "results/inr-classification"
 
 
 @dataclass(frozen=True)
 class Protocol:
     """A scale of the table: which zoo, how every model trains, and where its lr comes from."""
 
-    store: str  # the inr_classification scale whose zoo
+    store: str  # the scale of the zoo, in the pipeline that makes it
     train: dict  # TrainOptions for every model (lr None: chosen on val among PAPER_LRS)
     lr_from: str | None = None  # the scale whose results give each model's lr (None: this one chooses)
     epochs: dict = field(default_factory=dict)  # per-model epochs where they differ from train's
     progress: bool = True  # training progress bars
 
 
+# the INR columns
 SCALES = {
     "smoke": Protocol("smoke", dict(epochs=2, seeds=1, lr=None, batch_size=8, hidden_channels=4), progress=False),
     "ci": Protocol("ci", dict(epochs=40, seeds=1, lr=None), epochs={m: 10 for m in MODEL_BATCH_SIZES}),
@@ -73,6 +99,99 @@ SCALE_HELP = {"smoke": "seconds, for the tests",
               "ci": "each model's lr chosen on val, on the ci zoo (hours on a 2-core CPU, the graph models most)",
               "full": "each model 100 epochs at its ci lr on the paper's zoo, one cell at a time (days)"}
 NOT_RUN, RUNNING, UNFINISHED, DONE = "not run", "running", "unfinished", "done"
+# a cell zoo train refused to train (e.g. a model it cannot size for the zoo, or a --max-memory too small):
+# its reason in the report; a rerun tries again
+REFUSED = "refused"
+
+
+def task_protocol(scale: Scale, lr_from: str | None = None, **train) -> Protocol:
+    """A paper pipeline's training settings at ``scale`` (``train``: settings added) under the table's
+    protocol: one seed, and the lr chosen on val (or, ``lr_from``, taken from that scale's cells)."""
+    return Protocol(scale.name, {**scale.train, "seeds": 1, "lr": None, **train}, lr_from,
+                    progress=scale.name != "smoke")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number a column reports: the mean over the run's seeds of ``name`` in its metrics.json ``test``."""
+
+    key: str  # in the cell's record
+    header: str
+    name: str
+    scale: float = 1.0
+    digits: int = 2
+
+    def read(self, done: dict) -> float:
+        return float(np.mean([seed[self.name] for seed in done["test"]]))
+
+    def show(self, value: float) -> str:
+        if math.isnan(value):  # Kendall's tau of constant predictions
+            return "undefined (constant predictions)"
+        return f"{value * self.scale:.{self.digits}f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the table: its task, its zoo and training settings at each scale, what it reports."""
+
+    title: str
+    short: str  # the summary's header
+    task: str
+    scales: dict  # scale name: Protocol
+    make_store: Callable  # (zoo scale, the zoo pipeline's OUT/SCALE, workers, data_root, log) -> store
+    generate: Callable  # zoo scale -> that pipeline's zoo generate settings (--store is checked against them)
+    selection: str  # the val metric the lr is chosen on (recorded as val_<selection>)
+    metrics: tuple  # Metric, the first the table's
+    stores: str  # default --stores: the zoo pipeline's --out
+    table_scale: str  # the scale the summary shows
+    models: tuple = CLASSIFY_MODELS  # the models it applies to
+
+
+ACCURACY = Metric("test_accuracy", "test acc. %", "accuracy", 100)
+
+
+def inr_column(dataset: str) -> Column:
+    def make_store(scale, folder, workers, data_root, log):
+        return inr_store(scale, folder, workers, dataset, data_root, log)
+
+    def generate(scale):
+        return {**inr_classification.SCALES[scale].generate, **(FMNIST if dataset == "fmnist" else {})}
+
+    return Column(f"{DATASETS[dataset]} INR classification", f"{DATASETS[dataset]} INRs", "classify", SCALES,
+                  make_store, generate, "accuracy", (ACCURACY,), "results/inr-classification", "full")
+
+
+def pipeline_scales(pipeline, names, full_lr_from: str | None = None, **train) -> dict:
+    """:func:`task_protocol` of each of a paper pipeline's scales in ``names``; ``full`` takes its lr from
+    ``full_lr_from``."""
+    return {name: task_protocol(pipeline.SCALES[name], full_lr_from if name == "full" else None, **train)
+            for name in names}
+
+
+COLUMNS = {
+    "mnist": inr_column("mnist"),
+    "fmnist": inr_column("fmnist"),
+    "sine": Column(
+        "sine frequency regression", "sine", "regress", pipeline_scales(sine_regression, ("smoke", "ci")),
+        lambda scale, folder, workers, data_root, log: sine_regression.sine_store(scale, folder, workers, log),
+        lambda scale: sine_regression.SCALES[scale].generate, "mse", (Metric("test_mse", "test MSE", "mse", 1, 4),),
+        "results/sine-regression", "ci"),
+    "generalization": Column(
+        "generalization prediction (Fashion-MNIST classifiers)", "generalization", "regress",
+        pipeline_scales(generalization, ("smoke", "ci", "full"), "ci", target=generalization.TARGET),
+        generalization.classifier_store, lambda scale: generalization.SCALES[scale].generate, "mse",
+        (Metric("test_mse", "100 × test MSE", "mse", 100, 3), Metric("test_kendall_tau", "Kendall τ", "kendall_tau",
+                                                                     1, 3)),
+        "results/generalization", "full"),
+    "adapt": Column(
+        "domain adaptation (CIFAR-10 -> CIFAR-10-Corrupted)", "adaptation", "adapt",
+        pipeline_scales(domain_adaptation, ("smoke", "ci")), domain_adaptation.cifar_store,
+        lambda scale: domain_adaptation.SCALES[scale].generate, "accuracy",
+        (Metric("test_accuracy", "test acc. % (adapted)", "accuracy", 100),
+         Metric("test_accuracy_before", "before adaptation %", "accuracy_before", 100)),
+        "results/domain-adaptation", "ci", ADAPT_MODELS),
+}
+INR_COLUMNS = tuple(DATASETS)  # named by --dataset too, as before the other columns
 
 
 # ------------------------------------------------------------------------------ options
@@ -105,12 +224,52 @@ def parse_models(text: str | None) -> tuple[str, ...]:
     return models
 
 
-def pipeline_command(scale: str, dataset: str, models, out_root: Path, stores: Path, lrs: dict) -> str:
-    argv = ["python", "-m", "pipelines.weight_models", "--scale", scale, "--dataset", dataset, "--models",
-            ",".join(models), "--out", str(out_root), "--stores", str(stores)]
+def pipeline_command(scale: str, column: str, models, out_root: Path, stores: Path, lrs: dict,
+                     store: Path | None = None) -> str:
+    argv = ["python", "-m", "pipelines.weight_models", "--scale", scale,
+            "--dataset" if column in INR_COLUMNS else "--column", column, "--models", ",".join(models),
+            "--out", str(out_root), "--stores", str(stores)]
+    if store is not None:
+        argv += ["--store", str(store)]
     if lrs:
         argv += ["--lr", ",".join(f"{m}={lr:g}" for m, lr in lrs.items())]
     return shlex.join(argv)
+
+
+def column_models(column: str, models, log=print) -> tuple[str, ...]:
+    """The column's cells: ``models`` (a model the column does not apply to refused in one line), or by
+    default issue 32's rows that it applies to (the others said in one line)."""
+    applies = COLUMNS[column].models
+    if models is None:
+        skipped = [m for m in MODELS if m not in applies]
+        if skipped:
+            log(f"--column {column}: no cell for {', '.join(skipped)} (invariant models: --task {COLUMNS[column].task} "
+                f"needs a weight-space output)")
+        return tuple(m for m in MODELS if m in applies)
+    refused = [m for m in models if m not in applies]
+    if refused:
+        raise ValueError(f"--column {column} trains --task {COLUMNS[column].task}, which needs a model whose output "
+                         f"is a weight space ({', '.join(applies)}); {', '.join(refused)} "
+                         f"{'is' if len(refused) == 1 else 'are'} invariant: its cell is '— (invariant model)'")
+    return tuple(models)
+
+
+def column_protocol(column: str, scale_name: str) -> Protocol:
+    scales = COLUMNS[column].scales
+    if scale_name not in scales:
+        raise ValueError(f"--column {column} has no {scale_name} scale (its scales: {', '.join(scales)})")
+    return scales[scale_name]
+
+
+def existing_store(path: Path, column: str, protocol: Protocol) -> Path:
+    """``--store``: a complete zoo of the kind (and ``--limit``) the column's pipeline makes at the scale."""
+    manifest = WeightStore(path).manifest  # StoreError (one line) where it is no complete store
+    want = COLUMNS[column].generate(protocol.store)
+    have = manifest.get("kind"), manifest.get("generation", {}).get("limit")
+    if have != (want["kind"], want.get("limit")):
+        raise ValueError(f"--store {path} is a {have[0]} zoo of --limit {have[1]}; --column {column} at "
+                         f"{protocol.store} scale trains on a {want['kind']} zoo of --limit {want.get('limit')}")
+    return Path(path)
 
 
 def train_command(opts: TrainOptions) -> str:
@@ -130,13 +289,14 @@ def train_command(opts: TrainOptions) -> str:
 
 
 # ------------------------------------------------------------------------------ cells
-def cell_options(protocol: Protocol, store: Path, out: Path, model: str, lr: float | None) -> TrainOptions:
-    """The ``zoo train`` options of one cell; its run directory is ``out/runs/STORE-MODEL-classify``."""
+def cell_options(protocol: Protocol, store: Path, out: Path, model: str, lr: float | None,
+                 task: str = "classify") -> TrainOptions:
+    """The ``zoo train`` options of one cell; its run directory is ``out/runs/STORE-MODEL-TASK``."""
     train = {**protocol.train, "epochs": protocol.epochs.get(model, protocol.train["epochs"])}
     if lr is not None:
         train["lr"] = lr
-    run_dir = out / "runs" / f"{store.name}-{model}-{TASK}"
-    return TrainOptions(store=str(store), model=model, task=TASK, out=str(run_dir), progress=protocol.progress, **train)
+    run_dir = out / "runs" / f"{store.name}-{model}-{task}"
+    return TrainOptions(store=str(store), model=model, task=task, out=str(run_dir), progress=protocol.progress, **train)
 
 
 def planned_epochs(opts: TrainOptions) -> int:
@@ -167,7 +327,7 @@ def refuse_other_finished(opts: TrainOptions) -> None:
 
 
 def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: float | None = None,
-                params: int | None = None, running: bool = False) -> dict:
+                params: int | None = None, running: bool = False, column: str = "mnist") -> dict:
     """What the table says of one cell now: finished (its metrics), running, unfinished or not run.
     ``params``: the model's size where the cell has not finished (known from the scale its lr came from)."""
     resolved = model_defaults(opts)  # zoo train's per-model batch size and --normalize
@@ -176,9 +336,11 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
               "wall_seconds": wall_seconds, "run_dir": opts.out, "command": command, "zoo_train": train_command(opts)}
     done = finished_run(opts)
     if done is not None:
+        spec = COLUMNS[column]
         metrics = {k: done[k] for k in ("lr", "lr_search", "params", "seconds")}
+        val = float(np.mean([seed[spec.selection] for seed in done["val"]]))
         return {**record, **metrics, "status": DONE, "epochs_done": record["epochs_planned"],
-                "val_accuracy": done["val"][0]["accuracy"], "test_accuracy": done["summary"]["accuracy"]["mean"],
+                f"val_{spec.selection}": val, **{m.key: m.read(done) for m in spec.metrics},
                 "wall_seconds": sum(done["seconds"]) if wall_seconds is None else wall_seconds}
     done_epochs = epochs_done(Path(opts.out))
     status = RUNNING if running else UNFINISHED if done_epochs else NOT_RUN
@@ -186,8 +348,8 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
 
 
 # ------------------------------------------------------------------------------ the table
-def results_path(out: Path, dataset: str) -> Path:
-    return out / f"results-{dataset}.json"
+def results_path(out: Path, column: str) -> Path:
+    return out / f"results-{column}.json"
 
 
 def read_cells(path: Path) -> dict:
@@ -197,15 +359,15 @@ def read_cells(path: Path) -> dict:
         return {}
 
 
-def chosen_lrs(protocol: Protocol, out: Path, dataset: str, models, given: dict, stores: Path) -> dict:
+def chosen_lrs(protocol: Protocol, out: Path, column: str, models, given: dict, stores: Path) -> dict:
     """``{model: (lr, where it was chosen)}``: given on the command line, else (``lr_from``) the finished
     cell of that scale; a model with neither is refused in one line that names the command to run."""
     if protocol.lr_from is None:
         return {m: (given[m], "--lr") if m in given else (None, "val") for m in models}
-    cells = read_cells(results_path(out.parent / protocol.lr_from, dataset))
+    cells = read_cells(results_path(out.parent / protocol.lr_from, column))
     missing = [m for m in models if m not in given and cells.get(m, {}).get("status") != DONE]
     if missing:
-        first = pipeline_command(protocol.lr_from, dataset, missing, out.parent, stores, {})
+        first = pipeline_command(protocol.lr_from, column, missing, out.parent, stores, {})
         raise ValueError(f"no learning rate chosen at {protocol.lr_from} scale for {', '.join(missing)}: run "
                          f"`{first}` first, or pass --lr MODEL=LR")
     return {m: (given[m], "--lr") if m in given else (cells[m]["lr"], f"{cells[m]['lr_from']} at {protocol.lr_from}")
@@ -229,59 +391,105 @@ def fmt_seconds(seconds: float | None) -> str:
         else f"{seconds:.0f} s"
 
 
-def table_row(cell: dict) -> list[str]:
+def table_row(cell: dict, metrics=(ACCURACY,)) -> list[str]:
     lr = "—" if cell.get("lr") is None else f"{cell['lr']:g}"
     where = {"val": "val, this scale", "--lr": "--lr"}.get(cell["lr_from"], cell["lr_from"])
-    accuracy = f"{100 * cell['test_accuracy']:.2f}" if cell["status"] == DONE else cell["status"]
+    shown = [m.show(cell[m.key]) if cell["status"] == DONE else cell["status"] if i == 0 else "—"
+             for i, m in enumerate(metrics)]
     params = f"{cell['params']:,}" if cell.get("params") else "—"
-    return [f"`{cell['model']}`", params, f"{lr} ({where})", cell["normalize"], str(cell["batch_size"]), accuracy,
-            f"{cell['epochs_done']} / {cell['epochs_planned']}", fmt_seconds(cell.get("wall_seconds")),
+    return [f"`{cell['model']}`", params, f"{lr} ({where})", cell["normalize"] or "—", str(cell["batch_size"]),
+            *shown, f"{cell['epochs_done']} / {cell['epochs_planned']}", fmt_seconds(cell.get("wall_seconds")),
             f"`{cell['zoo_train']}`"]
 
 
-def write_table(out: Path, scale_name: str, dataset: str, store: Path, cells: dict, models) -> Path:
-    """``results-DATASET.json`` and ``report-DATASET.md`` of the cells as they are now."""
-    results_path(out, dataset).parent.mkdir(parents=True, exist_ok=True)
-    results_path(out, dataset).write_text(json.dumps(
-        {"scale": scale_name, "dataset": dataset, "store": str(store), "cells": cells}, indent=2))
-    protocol = SCALES[scale_name]
+def write_table(out: Path, scale_name: str, column: str, store: Path, cells: dict, models) -> Path:
+    """``results-COLUMN.json`` and ``report-COLUMN.md`` of the cells as they are now."""
+    spec = COLUMNS[column]
+    results_path(out, column).parent.mkdir(parents=True, exist_ok=True)
+    inr = {"dataset": column} if column in INR_COLUMNS else {}  # (the INR columns' files, as before the others)
+    results_path(out, column).write_text(json.dumps(
+        {"scale": scale_name, **inr, "column": column, "store": str(store), "cells": cells}, indent=2))
+    protocol = spec.scales[scale_name]
     per_model = f", epochs {protocol.epochs}" if protocol.epochs else ""
-    notes = [f"store: {store}", f"training: {protocol.train}{per_model}",
-             f"lr: chosen on val among {', '.join(f'{lr:g}' for lr in PAPER_LRS)}" if protocol.lr_from is None else
-             f"lr: the one its {protocol.lr_from} cell chose on val (or --lr)",
+    notes = [f"store: {store}", f"training: --task {spec.task}, {protocol.train}{per_model}",
+             f"lr: chosen on val {spec.selection} among {', '.join(f'{lr:g}' for lr in PAPER_LRS)}"
+             if protocol.lr_from is None else f"lr: the one its {protocol.lr_from} cell chose on val (or --lr)",
              "epochs: over every training of the cell (one per candidate lr, then the other seeds); "
              "wall time: this pipeline's sessions on the cell",
-             "`--normalize` is zoo train's per-model default (orbit where the model claims a symmetry, else entry)"]
-    rows = [table_row(cells[m]) for m in models if m in cells]
-    return write_report(out / f"report-{dataset}.md",
-                        f"Weight-space models, {DATASETS[dataset]} INR classification, scale {scale_name}",
-                        ["model", "parameters", "lr (chosen on)", "normalize", "batch", "test acc. %",
+             "`--normalize` is zoo train's per-model default (orbit where the model claims a symmetry, else entry"
+             + ("; none for adapt, whose models take raw networks)" if spec.task == "adapt" else ")")]
+    rows = [table_row(cells[m], spec.metrics) for m in models if m in cells]
+    notes += [f"`{m}` refused by zoo train: {cells[m]['refused']}" for m in models
+              if cells.get(m, {}).get("status") == REFUSED]
+    return write_report(out / f"report-{column}.md", f"Weight-space models, {spec.title}, scale {scale_name}",
+                        ["model", "parameters", "lr (chosen on)", "normalize", "batch",
+                         *(m.header for m in spec.metrics),
                          "epochs done / planned", "wall time", "command"], rows, notes)
 
 
-def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print, dataset: str = "mnist",
-        stores: Path | None = None, lrs: dict | None = None) -> Path:
-    """Fill the scale's table under ``out`` (``OUT/SCALE``), cell by cell; ``stores``: the folder whose
-    ``SCALE/stores`` hold the zoos (default: ``out``'s parent, i.e. ``--out``)."""
-    protocol, out = SCALES[scale_name], Path(out)
+def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> str:
+    """A cell of the summary: the metric of a finished run, else what became of it."""
+    if model not in COLUMNS[column].models:
+        return "— (invariant model)"
+    if cell is None or cell["status"] == NOT_RUN:
+        return NOT_RUN
+    if cell["status"] == DONE:
+        return metric.show(cell[metric.key])
+    if cell["status"] == REFUSED:
+        return "refused by zoo train (its report says why)"
+    live = epochs_done(Path(cell["run_dir"])) if cell.get("run_dir") else 0  # a running cell's checkpoints now
+    return f"{cell['status']} {max(live, cell['epochs_done'])}/{cell['epochs_planned']} epochs"
+
+
+def write_summary(out_root: Path, scales: dict | None = None) -> Path:
+    """``OUT/summary.md``: one table of every column's cells at its table scale (``scales``: column: scale,
+    for the columns to show otherwise); rows are issue 32's models, then any other model a column has."""
+    scales = {c: spec.table_scale for c, spec in COLUMNS.items()} | dict(scales or {})
+    found = {c: read_cells(results_path(out_root / scale, c)) for c, scale in scales.items()}
+    models = list(dict.fromkeys([*MODELS, *(m for cells in found.values() for m in cells)]))
+    shown = [(c, m) for c in scales for m in COLUMNS[c].metrics]
+    header = ["model"] + [f"{COLUMNS[c].short}, {m.header} ({scales[c]})" for c, m in shown]
+    rows = [[f"`{model}`"] + [summary_cell(c, found[c].get(model), model, m) for c, m in shown] for model in models]
+    notes = [f"{COLUMNS[c].title}: {results_path(out_root / scale, c).with_name(f'report-{c}.md')}"
+             + ("" if found[c] else " (not run yet)") for c, scale in scales.items()]
+    notes += ["each cell: one seed, the lr chosen on val (at ci; full takes ci's), the model's parameters and the "
+              "command that made it in its column's report; `python -m pipelines.weight_models --help` says each "
+              "column's protocol"]
+    return write_report(out_root / "summary.md", "Weight-space models (issue 32): every column", header, rows, notes)
+
+
+def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print, column: str = "mnist",
+        stores: Path | None = None, lrs: dict | None = None, store: Path | None = None) -> Path:
+    """Fill the column's table at the scale under ``out`` (``OUT/SCALE``), cell by cell; ``stores``: the
+    folder whose ``SCALE/stores`` hold the zoos (default: ``out``'s parent, i.e. ``--out``); ``store``: an
+    existing zoo instead (checked to be the one the column's pipeline makes at the scale)."""
+    spec, out = COLUMNS[column], Path(out)
+    protocol = column_protocol(column, scale_name)
     stores = Path(stores) if stores is not None else out.parent
-    models, lrs = tuple(models or MODELS), dict(lrs or {})
-    chosen = chosen_lrs(protocol, out, dataset, models, lrs, stores)  # refused before any zoo is made
-    source = read_cells(results_path(out.parent / protocol.lr_from, dataset)) if protocol.lr_from else {}
+    named, models, lrs = models is not None, column_models(column, models, log), dict(lrs or {})
+    source = read_cells(results_path(out.parent / protocol.lr_from, column)) if protocol.lr_from else {}
+    if not named:  # by default, no cell for a model whose lr search zoo train refused
+        refused = [m for m in models if m not in lrs and source.get(m, {}).get("status") == REFUSED]
+        for model in refused:
+            log(f"{model}: no cell (zoo train refused its {protocol.lr_from} cell: {source[model]['refused']})")
+        models = tuple(m for m in models if m not in refused)
+    chosen = chosen_lrs(protocol, out, column, models, lrs, stores)  # refused before any zoo is made
     if protocol.lr_from is not None:
         models = tuple(cost_order(models, source))
-    store = inr_store(protocol.store, stores / protocol.store, workers, dataset, data_root, log)
-    previous = read_cells(results_path(out, dataset))
-    options = {m: cell_options(protocol, store, out, m, chosen[m][0]) for m in models}
-    commands = {m: pipeline_command(scale_name, dataset, [m], out.parent, stores, {m: lrs[m]} if m in lrs else {})
-                for m in models}
+    given = store
+    store = existing_store(given, column, protocol) if given is not None else \
+        spec.make_store(protocol.store, stores / protocol.store, workers, data_root, log)
+    previous = read_cells(results_path(out, column))
+    options = {m: cell_options(protocol, store, out, m, chosen[m][0], spec.task) for m in models}
+    commands = {m: pipeline_command(scale_name, column, [m], out.parent, stores, {m: lrs[m]} if m in lrs else {},
+                                    given) for m in models}
 
     def record(model: str, wall_seconds=None, running=False) -> dict:
         return cell_record(options[model], chosen[model][1], commands[model], wall_seconds,
-                           source.get(model, {}).get("params"), running)
+                           source.get(model, {}).get("params"), running, column)
 
     cells = {m: record(m, previous.get(m, {}).get("wall_seconds")) for m in models}
-    write_table(out, scale_name, dataset, store, cells, models)
+    write_table(out, scale_name, column, store, cells, models)
     for model in models:
         opts = options[model]
         if cells[model]["status"] == DONE:
@@ -290,40 +498,69 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
         refuse_other_finished(opts)
         before = cells[model]["wall_seconds"] or 0.0
         cells[model] = record(model, before, running=True)
-        write_table(out, scale_name, dataset, store, cells, models)
-        start = time.perf_counter()
+        write_table(out, scale_name, column, store, cells, models)
+        start, refusal = time.perf_counter(), None
         try:
             train_run(opts, log=log)
+        except ValueError as e:  # this cell cannot train as the protocol asks; the others still can
+            refusal = str(e).splitlines()[0]
+            log(f"{model}: zoo train refused the cell: {refusal}")
         finally:  # an interrupted cell keeps its epochs (zoo train's checkpoints) and its time so far
             cells[model] = record(model, before + time.perf_counter() - start)
-            write_table(out, scale_name, dataset, store, cells, models)
-    return write_table(out, scale_name, dataset, store, cells, models)
+            if refusal is not None:
+                cells[model] |= {"status": REFUSED, "refused": refusal}
+            write_table(out, scale_name, column, store, cells, models)
+    return write_table(out, scale_name, column, store, cells, models)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", choices=tuple(SCALE_HELP), default="ci",
-                   help="; ".join(f"{s}: {text}" for s, text in SCALE_HELP.items()) + " (default: ci)")
-    p.add_argument("--dataset", choices=tuple(DATASETS), default="mnist",
-                   help="the INRs: " + ", ".join(f"{k}: {v}" for k, v in DATASETS.items()) + " (default: mnist)")
-    p.add_argument("--models", default=None, help=f"comma-separated (default: {','.join(MODELS)})")
+                   help="; ".join(f"{s}: {text}" for s, text in SCALE_HELP.items()) + " (default: ci; sine and "
+                        "adapt have smoke and ci only)")
+    p.add_argument("--column", choices=tuple(COLUMNS), default=None,
+                   help="the table's column: " + ", ".join(f"{k}: {v.title}" for k, v in COLUMNS.items())
+                        + " (default: --dataset's, else mnist)")
+    p.add_argument("--dataset", choices=INR_COLUMNS, default=None,
+                   help="the INR columns' name, as before --column: "
+                        + ", ".join(f"{k}: {v}" for k, v in DATASETS.items()))
+    p.add_argument("--models", default=None, help=f"comma-separated (default: {','.join(MODELS)}, those the column "
+                                                  f"applies to)")
     p.add_argument("--lr", action="append", metavar="MODEL=LR",
                    help="a model's learning rate instead of the one chosen on val (repeat, or comma-separate)")
     p.add_argument("--out", default="results/weight-models", help="folder for runs and tables (default: "
                                                                    "results/weight-models)")
-    p.add_argument("--stores", default=DEFAULT_STORES, help="inr_classification's --out, whose zoos the table trains "
-                                                            f"on (made there if missing; default: {DEFAULT_STORES})")
+    p.add_argument("--stores", default=None, help="the --out of the pipeline that makes the column's zoos, where "
+                                                  "the table finds them (made there if missing; default: "
+                                                  + ", ".join(f"{k}: {v.stores}" for k, v in COLUMNS.items()) + ")")
+    p.add_argument("--store", default=None, help="an existing zoo to train on instead (e.g. the full "
+                                                 "fmnist-classifiers zoo), checked to be the one the column's "
+                                                 "pipeline makes at the scale")
+    table_scales = ", ".join(f"{k}: {v.table_scale}" for k, v in COLUMNS.items())
+    p.add_argument("--summary", action="store_true",
+                   help=f"write OUT/summary.md, every column's cells at the table's scale ({table_scales}); "
+                        "trains nothing")
     p.add_argument("--data-root", default=None, help="data folder for a zoo not made yet (default: ../shared/data)")
     p.add_argument("--workers", type=int, default=2, help="zoo generate workers for a zoo not made yet (default: 2)")
     return p.parse_args(argv)
 
 
+def column_of(args: argparse.Namespace) -> str:
+    if args.column and args.dataset and args.column != args.dataset:
+        raise ValueError(f"--column {args.column} and --dataset {args.dataset} name different columns; give one")
+    return args.column or args.dataset or "mnist"
+
+
 def main(argv=None):
     args = parse_args(argv)
     try:
-        models, lrs = parse_models(args.models), parse_lrs(args.lr)
-        report = run(args.scale, Path(args.out) / args.scale, args.workers, models, args.data_root,
-                     dataset=args.dataset, stores=Path(args.stores), lrs=lrs)
+        if args.summary:
+            print(write_summary(Path(args.out)).read_text())
+            return
+        column = column_of(args)
+        models, lrs = parse_models(args.models) if args.models else None, parse_lrs(args.lr)
+        report = run(args.scale, Path(args.out) / args.scale, args.workers, models, args.data_root, column=column,
+                     stores=Path(args.stores or COLUMNS[column].stores), lrs=lrs, store=args.store)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
     print(report.read_text())

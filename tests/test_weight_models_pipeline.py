@@ -1,7 +1,9 @@
 """Issue 32's table pipeline at its smoke scale: every cell tabulated with its command, a finished
-cell never retrained, an interrupted one resumed, full scale refused without ci's learning rates."""
+cell never retrained, an interrupted one resumed, full scale refused without ci's learning rates;
+the sine, generalization and adaptation columns end to end, and the summary of every column."""
 
 import json
+import re
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dws.tasks.checkpoint import Checkpoint
-from dws.tasks.options import TrainOptions, with_task_defaults
+from dws.tasks.options import ADAPT_MODELS, TrainOptions, with_task_defaults
 from dws.tasks.protocol import PAPER_LRS
 from pipelines import weight_models
 from pipelines.inr_classification import inr_store
@@ -36,8 +38,8 @@ def file_times(folder: Path) -> dict:
     return {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
 
 
-def cells(out: Path) -> dict:
-    return json.loads((out / "results-mnist.json").read_text())["cells"]
+def cells(out: Path, column: str = "mnist") -> dict:
+    return json.loads((out / f"results-{column}.json").read_text())["cells"]
 
 
 def test_the_table_has_every_cell_and_a_rerun_retrains_none(stores, tmp_path, monkeypatch):
@@ -109,16 +111,23 @@ def test_the_full_protocol_takes_each_lr_from_the_search_and_refuses_without_one
     assert not (tmp_path / "x").exists()
 
 
-def test_an_interrupted_cell_is_tabulated_unfinished_and_resumes(stores, tmp_path, monkeypatch):
-    out = tmp_path / "smoke"
-    real_save, seen = Checkpoint.save, []
+def interrupt_at_first_save(monkeypatch, when_saved=lambda: None):
+    """Training stops right after its first checkpoint (epoch 1), as a session that ends would; returns
+    the real ``Checkpoint.save``. ``when_saved``: called between the save and the interruption."""
+    real_save = Checkpoint.save
 
     def save_then_interrupt(self, objects, values):
         real_save(self, objects, values)
-        seen.append((out / "report-mnist.md").read_text())
+        when_saved()
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Checkpoint, "save", save_then_interrupt)
+    return real_save
+
+
+def test_an_interrupted_cell_is_tabulated_unfinished_and_resumes(stores, tmp_path, monkeypatch):
+    out, seen = tmp_path / "smoke", []
+    real_save = interrupt_at_first_save(monkeypatch, lambda: seen.append((out / "report-mnist.md").read_text()))
     with pytest.raises(KeyboardInterrupt):
         weight_models.run("smoke", out, 1, ["mlp"], log=QUIET, stores=stores, lrs={"mlp": 1e-3})
     assert "| running | 0 / 2 |" in seen[0]  # the report said so while it trained
@@ -159,3 +168,201 @@ def test_cells_run_cheapest_first_by_their_searchs_time_per_epoch():
               "ng-gnn": {"status": "unfinished", "wall_seconds": 10.0, "epochs_planned": 40}}
     assert cost_order(["scalegmn", "ng-gnn", "nfn-np", "dwsnet", "mlp"], search) == \
         ["mlp", "dwsnet", "scalegmn", "ng-gnn", "nfn-np"]
+
+
+# ------------------------------------------------------------------------------ the other columns
+# each column at smoke, two models (seconds each); its zoo made once under ROOT/stores
+COLUMN_MODELS = {"sine": ["mlp", "dwsnet"], "generalization": ["mlp", "dwsnet"], "adapt": ["mlp", "dwsnet"]}
+
+
+@pytest.fixture(scope="module")
+def columns(tmp_path_factory):
+    """The three columns trained at smoke under ROOT/out/smoke (zoos in ROOT/stores); the adaptation
+    zoo's images from clf_helpers' fake CIFAR-10."""
+    from clf_helpers import write_cifar_like
+
+    root = tmp_path_factory.mktemp("columns")
+    images = str(write_cifar_like(root / "images"))
+    for column, models in COLUMN_MODELS.items():
+        weight_models.run("smoke", root / "out" / "smoke", 1, models, images if column == "adapt" else None,
+                          log=QUIET, column=column, stores=root / "stores")
+    return root
+
+
+@pytest.mark.parametrize("column,metrics", [("sine", {"test_mse": "test MSE"}),
+                                            ("generalization", {"test_mse": "100 × test MSE",
+                                                                "test_kendall_tau": "Kendall τ"}),
+                                            ("adapt", {"test_accuracy": "test acc. % (adapted)",
+                                                       "test_accuracy_before": "before adaptation %"})])
+def test_each_column_trains_its_task_on_its_pipelines_zoo_with_the_lr_chosen_on_val(columns, column, metrics):
+    out = columns / "out" / "smoke"
+    found, text = cells(out, column), (out / f"report-{column}.md").read_text()
+    spec = weight_models.COLUMNS[column]
+    assert list(found) == COLUMN_MODELS[column]
+    header = "| model | parameters | lr (chosen on) | normalize | batch | " + " | ".join(metrics.values()) + " |"
+    assert header in text
+    for model, cell in found.items():
+        assert cell["status"] == "done" and cell["lr"] in PAPER_LRS and set(cell["lr_search"]) == set(map(str, PAPER_LRS))
+        assert cell["epochs_done"] == cell["epochs_planned"] == spec.scales["smoke"].train["epochs"] * len(PAPER_LRS)
+        assert set(metrics) | {f"val_{spec.selection}"} <= set(cell) and cell["params"] > 0
+        config = json.loads((Path(cell["run_dir"]) / "config.json").read_text())["options"]
+        assert config["task"] == spec.task and config["seeds"] == 1 and config["lr"] is None
+        assert f"--column {column} --models {model} " in cell["command"]
+        shown = [spec.metrics[i].show(cell[key]) for i, key in enumerate(metrics)]
+        assert f"| `{model}` | {cell['params']:,} | {cell['lr']:g} (val, this scale) |" in text
+        assert " | ".join(shown) in text
+    store = json.loads((out / f"results-{column}.json").read_text())["store"]
+    assert Path(store).parent == columns / "stores" / "smoke" / "stores"  # where the column's own pipeline puts it
+    if column == "generalization":  # the generalization pipeline's task settings
+        assert all("--target test_accuracy" in c["zoo_train"] and "--input-reduction 4" in c["zoo_train"]
+                   for c in found.values())
+        assert all(0 <= c["test_mse"] < 1 for c in found.values())
+    if column == "adapt":
+        assert [c["normalize"] for c in found.values()] == [None, None] and "| — | 4 |" in text
+        assert all(0 <= c[k] <= 1 for c in found.values() for k in ("test_accuracy", "test_accuracy_before"))
+
+
+def test_a_rerun_of_any_column_reuses_its_finished_cells(columns, monkeypatch):
+    out = columns / "out" / "smoke"
+    before, found = file_times(out / "runs"), {c: cells(out, c) for c in COLUMN_MODELS}
+    monkeypatch.setattr(weight_models, "train_run", lambda *a, **k: pytest.fail("a finished cell was retrained"))
+    for column, models in COLUMN_MODELS.items():
+        lines = []
+        weight_models.run("smoke", out, 1, models, log=lines.append, column=column, stores=columns / "stores")
+        assert sum("reusing the finished run" in line for line in lines) == len(models)
+        assert cells(out, column) == found[column]
+    assert file_times(out / "runs") == before
+
+
+def test_adaptation_refuses_invariant_models_and_skips_them_by_default(columns, tmp_path, monkeypatch):
+    invariant = [m for m in weight_models.MODELS if m not in ADAPT_MODELS]
+    assert invariant  # the NFN, NG and ScaleGMN rows
+    for model in invariant:
+        with pytest.raises(ValueError, match=f"--column adapt trains --task adapt, .*; {model} is invariant") as no:
+            weight_models.run("smoke", tmp_path / "smoke", 1, ["dwsnet", model], log=QUIET, column="adapt",
+                              stores=tmp_path / "stores")
+        assert "\n" not in str(no.value)
+    assert not (tmp_path / "stores").exists()  # refused before any zoo is made
+    with pytest.raises(SystemExit, match="^error: --column adapt trains .*; nfn-np is invariant"):
+        weight_models.main(["--scale", "smoke", "--column", "adapt", "--models", "nfn-np", "--out", str(tmp_path)])
+
+    lines, trained = [], []
+    monkeypatch.setattr(weight_models, "train_run", lambda opts, log: trained.append(opts.model))
+    weight_models.run("smoke", tmp_path / "smoke", 1, None, log=lines.append, column="adapt",
+                      stores=columns / "stores")
+    assert [line for line in lines if "no cell for" in line] == \
+        [f"--column adapt: no cell for {', '.join(invariant)} (invariant models: --task adapt needs a weight-space output)"]
+    rows = [m for m in weight_models.MODELS if m in ADAPT_MODELS]
+    assert trained == rows == ["mlp", "mlp-align", "dwsnet"] and list(cells(tmp_path / "smoke", "adapt")) == rows
+
+
+def test_a_cell_zoo_train_refuses_is_recorded_and_the_others_still_train(columns, tmp_path, monkeypatch):
+    real = weight_models.train_run
+
+    def refuse_mlp(opts, log):
+        if opts.model == "mlp":
+            raise ValueError("--max-memory 4.0 GiB is too small: ...\nsecond line")
+        return real(opts, log=log)
+
+    monkeypatch.setattr(weight_models, "train_run", refuse_mlp)
+    out, lines = tmp_path / "smoke", []
+    weight_models.run("smoke", out, 1, ["mlp", "dwsnet"], log=lines.append, column="sine", stores=columns / "stores")
+    found = cells(out, "sine")
+    assert found["mlp"]["status"] == "refused" and found["dwsnet"]["status"] == "done"
+    assert found["mlp"]["refused"] == "--max-memory 4.0 GiB is too small: ..."
+    assert "mlp: zoo train refused the cell: --max-memory 4.0 GiB is too small: ..." in lines
+    text = (out / "report-sine.md").read_text()
+    assert "| refused |" in text and "- `mlp` refused by zoo train: --max-memory 4.0 GiB is too small: ..." in text
+
+    # a scale that takes its lr from this one leaves the refused model out by default, saying so
+    spec = weight_models.COLUMNS["sine"]
+    monkeypatch.setitem(spec.scales, "smoke-full", Protocol("smoke", {**spec.scales["smoke"].train, "epochs": 1},
+                                                            lr_from="smoke", progress=False))
+    monkeypatch.setattr(weight_models, "MODELS", ("mlp", "dwsnet"))
+    lines.clear()
+    weight_models.run("smoke-full", tmp_path / "smoke-full", 1, None, log=lines.append, column="sine",
+                      stores=columns / "stores")
+    assert "mlp: no cell (zoo train refused its smoke cell: --max-memory 4.0 GiB is too small: ...)" in lines
+    assert list(cells(tmp_path / "smoke-full", "sine")) == ["dwsnet"]
+
+
+def test_generalization_full_trains_on_a_given_zoo_checked_to_be_the_right_kind(columns, tmp_path, monkeypatch):
+    """``--store``: an existing zoo instead of generating one (the full fmnist-classifiers zoo), refused
+    in one line when it is not the zoo the column's pipeline makes at that scale; full's lr from ci."""
+    spec = weight_models.COLUMNS["generalization"]
+    smoke = spec.scales["smoke"]
+    monkeypatch.setitem(spec.scales, "smoke-full", Protocol("smoke", {**smoke.train, "epochs": 1}, lr_from="smoke",
+                                                            progress=False))
+    out_root = columns / "out"
+    given = Path(json.loads((out_root / "smoke" / "results-generalization.json").read_text())["store"])
+    sine_zoo = Path(json.loads((out_root / "smoke" / "results-sine.json").read_text())["store"])
+    with pytest.raises(ValueError, match=r"--store .* is a sine-regression zoo of --limit 24; --column generalization "
+                                         r"at smoke scale trains on a mnist-classifiers zoo of --limit 8") as no:
+        weight_models.run("smoke-full", out_root / "smoke-full", 1, ["dwsnet"], log=QUIET, column="generalization",
+                          stores=tmp_path, store=sine_zoo)
+    assert "\n" not in str(no.value)
+    with pytest.raises(ValueError, match="not-a-store"):
+        weight_models.run("smoke-full", out_root / "smoke-full", 1, ["dwsnet"], log=QUIET, column="generalization",
+                          stores=tmp_path, store=tmp_path / "not-a-store")
+
+    weight_models.run("smoke-full", out_root / "smoke-full", 1, ["dwsnet"], log=QUIET, column="generalization",
+                      stores=tmp_path, store=given)
+    cell = cells(out_root / "smoke-full", "generalization")["dwsnet"]
+    search = cells(out_root / "smoke", "generalization")["dwsnet"]
+    assert cell["status"] == "done" and (cell["lr"], cell["lr_from"]) == (search["lr"], "val at smoke")
+    assert f"--store {given}" in cell["command"] and cell["zoo_train"].startswith(f"zoo train {given} ")
+    assert not list(tmp_path.iterdir())  # no zoo made
+
+
+def test_scales_a_column_does_not_have_and_two_names_for_the_column_are_refused(tmp_path):
+    for argv, says in [(["--scale", "full", "--column", "sine"], "--column sine has no full scale (its scales: smoke, ci)"),
+                       (["--column", "sine", "--dataset", "fmnist"], "--column sine and --dataset fmnist name different")]:
+        with pytest.raises(SystemExit, match=f"^error: {re.escape(says)}"):
+            weight_models.main([*argv, "--out", str(tmp_path)])
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path, monkeypatch):
+    out_root = columns / "out"
+    # an MNIST cell interrupted after its first epoch, and one recorded as running when it started
+    interrupt_at_first_save(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        weight_models.run("smoke", tmp_path / "smoke", 1, ["dwsnet"], log=QUIET, stores=stores, lrs={"dwsnet": 1e-3})
+    mnist = json.loads((tmp_path / "smoke" / "results-mnist.json").read_text())
+    running = {**mnist["cells"]["dwsnet"], "model": "ng-gnn", "status": "running", "epochs_done": 0}
+    mnist["cells"]["ng-gnn"] = running  # its checkpoints (the run directory) say how far it is now
+    (tmp_path / "smoke" / "results-mnist.json").write_text(json.dumps(mnist))
+    for column in COLUMN_MODELS:
+        (tmp_path / "smoke" / f"results-{column}.json").write_text((out_root / "smoke" / f"results-{column}.json")
+                                                                   .read_text())
+    scales = {c: "smoke" for c in weight_models.COLUMNS}
+    text = weight_models.write_summary(tmp_path, scales).read_text()
+    assert text == (tmp_path / "summary.md").read_text()
+    rows = {line.split(" | ")[0].strip("| `"): line.strip("|").split(" | ")[1:] for line in text.splitlines()
+            if line.startswith("| `")}
+    assert list(rows) == list(weight_models.MODELS)  # issue 32's rows, in order
+    header = next(line for line in text.splitlines() if line.startswith("| model"))
+    names = header.strip("| ").split(" | ")[1:]
+    assert names == ["MNIST INRs, test acc. % (smoke)", "Fashion-MNIST INRs, test acc. % (smoke)",
+                     "sine, test MSE (smoke)", "generalization, 100 × test MSE (smoke)",
+                     "generalization, Kendall τ (smoke)", "adaptation, test acc. % (adapted) (smoke)",
+                     "adaptation, before adaptation % (smoke)"]
+    cell = dict(zip(names, rows["dwsnet"]))
+    assert cell["MNIST INRs, test acc. % (smoke)"] == "unfinished 1/2 epochs"
+    assert dict(zip(names, rows["ng-gnn"]))["MNIST INRs, test acc. % (smoke)"] == "running 1/2 epochs"
+    assert cell["Fashion-MNIST INRs, test acc. % (smoke)"] == "not run"
+    done = cells(out_root / "smoke", "generalization")["dwsnet"]
+    assert cell["generalization, 100 × test MSE (smoke)"] == f"{100 * done['test_mse']:.3f}"
+    assert cell["sine, test MSE (smoke)"] == f"{cells(out_root / 'smoke', 'sine')['dwsnet']['test_mse']:.4f}"
+    assert cell["adaptation, test acc. % (adapted) (smoke)"] == \
+        f"{100 * cells(out_root / 'smoke', 'adapt')['dwsnet']['test_accuracy']:.2f}"
+    nfn = dict(zip(names, rows["nfn-np"]))
+    assert nfn["adaptation, test acc. % (adapted) (smoke)"] == "— (invariant model)"
+    assert nfn["sine, test MSE (smoke)"] == "not run"
+    assert f"Fashion-MNIST INR classification: {tmp_path / 'smoke' / 'report-fmnist.md'} (not run yet)" in text
+
+    # the command line: each column at the table's own scale (nothing there: every cell not run)
+    weight_models.main(["--summary", "--out", str(tmp_path / "empty")])
+    text = (tmp_path / "empty" / "summary.md").read_text()
+    assert "MNIST INRs, test acc. % (full)" in text and "sine, test MSE (ci)" in text
+    assert "| `scalegmn-b` | not run | not run | not run | not run | not run | — (invariant model) |" in text
