@@ -9,9 +9,10 @@ import torch
 
 from dws.ng import LayeredGraph
 from dws.ng.relational import RelationalAttention
+from dws.scalegmn import ScaleGMNInvariant
 from dws.scalegmn.mlp import MLP
 from dws.scalegmn.symmetry import invariant_map
-from test_nfn import random_widths
+from test_nfn import random_space, random_widths
 
 
 def random_graph(widths, batch, node_channels, edge_channels, gen) -> LayeredGraph:
@@ -80,3 +81,45 @@ def test_scalegmn_gate_through_the_invariant_map_equals_the_two_steps(symmetry, 
     x = torch.randn(3, 5, 1, d, generator=gen, dtype=torch.float64)
     extra = torch.randn(1, 5, d_extra, generator=gen, dtype=torch.float64)
     torch.testing.assert_close(mlp(x, extra, invariant=inv), mlp(inv(x), extra), rtol=1e-10, atol=1e-12)
+
+
+def scalegmn_computing_everything(model: ScaleGMNInvariant, ws) -> torch.Tensor:
+    """``ScaleGMNInvariant.forward`` with every layer computing all its outputs (no :class:`Read` plan)."""
+    nodes, edges, backward = model.init(ws)
+    embeddings = model.init.node_embedding.vectors()
+    for i, layer in enumerate(model.layers):
+        updated, edges, backward = layer(nodes, edges, backward, embeddings)
+        if model.skips is not None:
+            updated = [model.skips[i](x) + u for x, u in zip(nodes, updated)]
+        nodes = updated
+    outputs = nodes[-1].flatten(1)
+    if not model.bidirectional:
+        return model.readout(outputs)
+    both = torch.cat([model.project_outputs(outputs), model.project_inputs(nodes[0].flatten(1))], dim=-1)
+    return model.readout(both)
+
+
+@pytest.mark.parametrize("variant", ["forward", "bidirectional"])
+@pytest.mark.parametrize("symmetry", ["sign", "scale"])
+@pytest.mark.parametrize("seed", range(2))
+def test_scalegmn_skipping_what_nothing_reads_changes_nothing(variant, symmetry, seed):
+    """The model computes only what the readout reads in the end (``reads()``); the output and the
+    gradients equal those of computing every node and edge in every layer; and the last layer does skip
+    every hidden neuron (so the plan is not trivially everything)."""
+    gen = torch.Generator().manual_seed(1200 + seed)
+    widths = random_widths(gen)
+    torch.manual_seed(seed)
+    model = ScaleGMNInvariant(widths, 3, symmetry, variant, hidden=5, num_layers=int(torch.randint(2, 5, (1,), generator=gen)))
+    model = model.double()
+    ws = random_space(widths, 2, 1, gen)
+    got, want = model(ws), scalegmn_computing_everything(model, ws)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    params = [p for p in model.parameters()]
+    g_got = torch.autograd.grad(got.square().sum(), params, allow_unused=True)
+    g_want = torch.autograd.grad(want.square().sum(), params, allow_unused=True)
+    for a, b in zip(g_got, g_want, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    last = len(widths) - 1
+    assert model.reads()[-1].nodes == ({0, last} if variant == "bidirectional" else {last})

@@ -12,6 +12,8 @@ from the layer's input nodes; under sign symmetry the backward edges keep their 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
@@ -20,8 +22,19 @@ from dws.scalegmn.equivariant import EdgeUpdate, EquivariantMap
 Tensor = torch.Tensor
 
 
-def is_hidden(layer: int, nodes: list[Tensor]) -> bool:
+def is_hidden(layer: int, nodes: list) -> bool:
     return 0 < layer < len(nodes) - 1
+
+
+class Read(NamedTuple):
+    """Which of a layer's outputs a later layer or the readout reads: node layers, forward edges (layer
+    pairs) and backward edges. A layer computes only these (the others come back as None): the readout
+    sees the input and output neurons only, so the last layers' work on hidden neurons and edges that
+    nothing reads any more (most of the last layer's messages) is skipped, with the same result."""
+
+    nodes: frozenset[int]
+    edges: frozenset[int]
+    backward: frozenset[int]
 
 
 class Messages(nn.Module):
@@ -35,13 +48,19 @@ class Messages(nn.Module):
         self.message = EquivariantMap(d, d, symmetry, hidden, d_extra=d if with_extra else 0)
         self.with_extra = with_extra
 
-    def forward(self, nodes: list[Tensor], edges: list[Tensor], embeddings: list[Tensor], backward: bool) -> list[Tensor]:
-        received = [torch.zeros_like(x) for x in nodes]
+    def forward(self, nodes: list[Tensor], edges: list[Tensor], embeddings: list[Tensor], backward: bool,
+                receivers=None) -> list[Tensor | None]:
+        """Per node layer its summed messages (zeros where no edge arrives); only for ``receivers`` (all when
+        None), None for the others."""
+        received = [torch.zeros_like(x) if receivers is None or l in receivers else None for l, x in enumerate(nodes)]
         for l, e in enumerate(edges):  # e: [B, n_{l+1}, n_l, d]
+            receiver = l if backward else l + 1
+            if received[receiver] is None:
+                continue
             if backward:  # senders: layer l + 1 (rows), receivers: layer l (columns)
-                sent, extra, receiver, axis = self.node_linear(nodes[l + 1])[:, :, None], embeddings[l + 1][:, None], l, 1
+                sent, extra, axis = self.node_linear(nodes[l + 1])[:, :, None], embeddings[l + 1][:, None], 1
             else:
-                sent, extra, receiver, axis = self.node_linear(nodes[l])[:, None], embeddings[l], l + 1, 2
+                sent, extra, axis = self.node_linear(nodes[l])[:, None], embeddings[l], 2
             m = self.message(self.edge_linear(e) * sent, extra if self.with_extra else None, is_hidden(receiver, nodes))
             received[receiver] = m.sum(axis)
         return received
@@ -62,17 +81,32 @@ class ScaleGMNLayer(nn.Module):
         self.backward_edge_update = (EdgeUpdate(d, d, d, symmetry, hidden)
                                      if update_edges and bidirectional and symmetry == "scale" else None)
 
+    def reads(self, wanted: Read, last: int) -> Read:
+        """What this layer reads of its inputs to compute ``wanted`` (node layers ``0..last``)."""
+        forward_in = {l - 1 for l in wanted.nodes if l > 0}  # node l hears layer l - 1 over edges[l - 1]
+        backward_in = {l for l in wanted.nodes if l < last} if self.backward_messages is not None else set()  # over backward[l]
+        updated_edges = set(wanted.edges if self.edge_update is not None else ()) | \
+            set(wanted.backward if self.backward_edge_update is not None else ())  # edge p reads nodes p, p + 1
+        nodes = set(wanted.nodes) | forward_in | {l + 1 for l in backward_in} | {q for p in updated_edges for q in (p, p + 1)}
+        return Read(frozenset(nodes), frozenset(forward_in | set(wanted.edges)), frozenset(backward_in | set(wanted.backward)))
+
     def forward(self, nodes: list[Tensor], edges: list[Tensor], backward_edges: list[Tensor] | None,
-                embeddings: list[Tensor]):
-        inputs = [nodes, self.forward_messages(nodes, edges, embeddings, backward=False)]
+                embeddings: list[Tensor], wanted: Read | None = None):
+        """``wanted``: compute only these outputs (:class:`Read`; all when None)."""
+        def keep(kind: str, l: int) -> bool:
+            return wanted is None or l in getattr(wanted, kind)
+
+        receivers = None if wanted is None else wanted.nodes
+        inputs = [nodes, self.forward_messages(nodes, edges, embeddings, backward=False, receivers=receivers)]
         if self.backward_messages is not None:
-            inputs.append(self.backward_messages(nodes, backward_edges, embeddings, backward=True))
+            inputs.append(self.backward_messages(nodes, backward_edges, embeddings, backward=True, receivers=receivers))
         new_nodes = [self.update(torch.cat(parts, dim=-1), embeddings[l] if self.extras_in_updates else None,
-                                 is_hidden(l, nodes))
+                                 is_hidden(l, nodes)) if keep("nodes", l) else None
                      for l, parts in enumerate(zip(*inputs))]
         if self.edge_update is not None:  # from the layer's input nodes: source x_j [B, 1, n_l, d], target x_i [B, n_{l+1}, 1, d]
-            edges = [self.edge_update(e, nodes[l][:, None], nodes[l + 1][:, :, None]) for l, e in enumerate(edges)]
+            edges = [self.edge_update(e, nodes[l][:, None], nodes[l + 1][:, :, None]) if keep("edges", l) else None
+                     for l, e in enumerate(edges)]
         if self.backward_edge_update is not None:
             backward_edges = [self.backward_edge_update(e, nodes[l + 1][:, :, None], nodes[l][:, None])
-                              for l, e in enumerate(backward_edges)]
+                              if keep("backward", l) else None for l, e in enumerate(backward_edges)]
         return new_nodes, edges, backward_edges

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from dws.scalegmn.graph import GraphInit
-from dws.scalegmn.layers import ScaleGMNLayer
+from dws.scalegmn.layers import Read, ScaleGMNLayer
 from dws.scalegmn.mlp import MLP
 from dws.scalegmn.symmetry import SYMMETRIES
 from dws.weightspace import WeightSpace
@@ -72,16 +72,27 @@ class ScaleGMNInvariant(nn.Module):
         else:
             self.readout = MLP(n_out * d, d, out_features)
 
+    def reads(self) -> list[Read]:
+        """Per layer, the outputs that a later layer or the readout reads (the input and output neurons at
+        the end); each layer computes only those."""
+        last = len(self.widths) - 1
+        wanted = Read(frozenset({0, last} if self.bidirectional else {last}), frozenset(), frozenset())
+        plan = []
+        for layer in reversed(self.layers):
+            plan.append(wanted)
+            wanted = layer.reads(wanted, last)
+        return plan[::-1]
+
     def forward(self, ws: WeightSpace) -> torch.Tensor:
         if tuple(ws.widths) != self.widths:
             raise ValueError(f"this ScaleGMN was built for widths {self.widths}, got networks of widths {ws.widths}")
         nodes, edges, backward = self.init(ws)
         embeddings = self.init.node_embedding.vectors()
-        for i, layer in enumerate(self.layers):
-            updated, edges, backward = layer(nodes, edges, backward, embeddings)
+        for i, (layer, wanted) in enumerate(zip(self.layers, self.reads())):
+            updated, edges, backward = layer(nodes, edges, backward, embeddings, wanted)
             if self.skips is not None:
-                updated = [self.skips[i](x) + u for x, u in zip(nodes, updated)]
-            nodes = [self.dropout(x) for x in updated]
+                updated = [None if u is None else self.skips[i](x) + u for x, u in zip(nodes, updated)]
+            nodes = [None if x is None else self.dropout(x) for x in updated]
         outputs = nodes[-1].flatten(1)
         if not self.bidirectional:
             return self.readout(outputs)
