@@ -101,6 +101,7 @@ class TrainOptions:
     standardize_target: bool = True
     precise_bn: int = 4096  # BN statistics re-estimated on this many clean train networks per evaluation; 0: off
     loader_workers: int = 0
+    compile: bool = False  # the training step through torch.compile (speed only: same function)
     device: str = "auto"
     patience: int | None = None
     train_limit: int | None = None  # train on the first N networks of the train split only

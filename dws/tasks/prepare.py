@@ -142,7 +142,7 @@ def check_store(store: WeightStore, task: Task, opts: TrainOptions, ranges: dict
 
 # options that change how fast a run goes, not what it computes (beyond float rounding): a resumed
 # run may change them; every other option (also one added later) must match the unfinished run
-SPEED_ONLY = ("out", "progress", "loader_workers", "device", "backend", "address", "resume")
+SPEED_ONLY = ("out", "progress", "loader_workers", "compile", "device", "backend", "address", "resume")
 
 
 # options added after runs were first checkpointed (both 2026-11-27), and the value that reproduces

@@ -43,6 +43,7 @@ class TrainConfig:
     device: str = "cpu"
     progress: bool = True
     temperature: float = 0.1  # NT-Xent, SSL only
+    compile: bool = False  # the training forward through torch.compile; evaluation stays eager
 
 
 class Predictions(NamedTuple):
@@ -172,6 +173,9 @@ def train(
     device = config.device
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    # compiled for the training step only: evaluation under no_grad would compile a second graph, and the
+    # state dict stays the eager module's (same parameters, same names)
+    step_model = torch.compile(model) if config.compile else model
     stateful = {"model": model, "optimizer": opt,
                 **{f"loader:{name}": loader for name, loader in loaders.items() if hasattr(loader, "state_dict")}}
     # the loop's own state: epochs completed, the best so far, history, epochs without progress, time spent
@@ -203,7 +207,7 @@ def train(
             ws, target = _to(batch, device)
             if augment is not None:
                 ws = augment(ws)
-            loss = task.loss(model, ws, target, config.temperature)
+            loss = task.loss(step_model, ws, target, config.temperature)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"epoch {epoch}: training loss is {loss.item()}; lower the learning rate")
             opt.zero_grad(set_to_none=True)

@@ -1,0 +1,68 @@
+"""`zoo train --compile`: the training step goes through torch.compile, evaluation and the saved
+state stay the eager module's, and the option is speed-only (a run's identity does not depend on it)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from dws.tasks.options import TrainOptions
+from dws.tasks.prepare import SPEED_ONLY
+from dws.tasks.run import train_run
+
+ARGS = dict(model="dwsnet", task="classify", epochs=2, lr=1e-3, seeds=1, batch_size=8, hidden_channels=2,
+            num_layers=1, progress=False)
+
+
+def test_compile_wraps_the_training_step_only(tiny_store, tmp_path, monkeypatch):
+    """torch.compile is called once per training, on the model being trained; with an identity in its
+    place the run is the eager run exactly (same losses, same test accuracy, same state dict keys)."""
+    compiled = []
+
+    def fake_compile(model, *args, **kwargs):
+        compiled.append(model)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    runs = {}
+    for flag in (False, True):
+        out = tmp_path / f"compile-{flag}"
+        train_run(TrainOptions(store=str(tiny_store), out=str(out), compile=flag, **ARGS), log=lambda *_: None)
+        runs[flag] = json.loads((out / "metrics.json").read_text())
+    assert len(compiled) == 1 and isinstance(compiled[0], torch.nn.Module)
+    assert runs[True]["history"] == runs[False]["history"]
+    assert runs[True]["test"] == runs[False]["test"]
+    saved = torch.load(tmp_path / "compile-True" / "best.pt", weights_only=False)
+    keys = saved["state_dict"].keys() if "state_dict" in saved else saved.keys()
+    assert not any("_orig_mod" in k for k in keys)
+
+
+def test_compile_is_speed_only_and_on_the_command_line(tiny_store, tmp_path, monkeypatch):
+    from cli import main
+
+    assert "compile" in SPEED_ONLY
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda model, *a, **k: calls.append(model) or model)
+    out = tmp_path / "cli"
+    result = CliRunner().invoke(main, ["train", str(tiny_store), "--model", "dwsnet", "--epochs", "1", "--lr", "1e-3",
+                                       "--batch-size", "8", "--hidden-channels", "2", "--num-layers", "1",
+                                       "--compile", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 1
+
+
+@pytest.mark.slow
+def test_a_really_compiled_step_trains_like_the_eager_one(tiny_store, tmp_path):
+    """torch.compile for real (inductor, a C++ compiler) on a neural graph, the model the option is for:
+    the same losses up to float rounding."""
+    runs = {}
+    for flag in (False, True):
+        out = tmp_path / f"real-{flag}"
+        opts = TrainOptions(store=str(tiny_store), out=str(out), compile=flag, **{**ARGS, "model": "ng-gnn"})
+        train_run(opts, log=lambda *_: None)
+        runs[flag] = json.loads((out / "metrics.json").read_text())
+    eager, compiled = ([h["train_loss"] for h in runs[f]["history"][0]] for f in (False, True))
+    assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-5)
