@@ -58,8 +58,8 @@ from pathlib import Path
 import numpy as np
 
 from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, Checkpoint
-from dws.tasks.options import (ADAPT_MODELS, DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, TrainOptions,
-                               model_defaults, with_task_defaults)
+from dws.tasks.options import (ADAPT_MODELS, DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, NG_MODELS,
+                               TrainOptions, model_defaults, with_task_defaults)
 from dws.tasks.prepare import SPEED_ONLY, option_flag
 from dws.tasks.protocol import PAPER_LRS
 from dws.tasks.rundir import finished_run
@@ -87,13 +87,15 @@ class Protocol:
     lr_from: str | None = None  # the scale whose results give each model's lr (None: this one chooses)
     epochs: dict = field(default_factory=dict)  # per-model epochs where they differ from train's
     progress: bool = True  # training progress bars
+    # models whose cells train with zoo train --compile (speed only: a long cell repays the minutes of compiling)
+    compiled: tuple = ()
 
 
 # the INR columns
 SCALES = {
     "smoke": Protocol("smoke", dict(epochs=2, seeds=1, lr=None, batch_size=8, hidden_channels=4), progress=False),
     "ci": Protocol("ci", dict(epochs=40, seeds=1, lr=None), epochs={m: 10 for m in MODEL_BATCH_SIZES}),
-    "full": Protocol("full", dict(epochs=100, seeds=1), lr_from="ci"),
+    "full": Protocol("full", dict(epochs=100, seeds=1), lr_from="ci", compiled=NG_MODELS),
 }
 SCALE_HELP = {"smoke": "seconds, for the tests",
               "ci": "each model's lr chosen on val, on the ci zoo (hours on a 2-core CPU, the graph models most)",
@@ -295,6 +297,8 @@ def cell_options(protocol: Protocol, store: Path, out: Path, model: str, lr: flo
     train = {**protocol.train, "epochs": protocol.epochs.get(model, protocol.train["epochs"])}
     if lr is not None:
         train["lr"] = lr
+    if model in protocol.compiled:
+        train["compile"] = True
     run_dir = out / "runs" / f"{store.name}-{model}-{task}"
     return TrainOptions(store=str(store), model=model, task=task, out=str(run_dir), progress=protocol.progress, **train)
 

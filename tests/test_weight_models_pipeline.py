@@ -366,3 +366,15 @@ def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path
     text = (tmp_path / "empty" / "summary.md").read_text()
     assert "MNIST INRs, test acc. % (full)" in text and "sine, test MSE (ci)" in text
     assert "| `scalegmn-b` | not run | not run | not run | not run | not run | — (invariant model) |" in text
+
+
+def test_full_cells_of_the_neural_graphs_train_compiled():
+    """--compile (speed only) for the long full-scale NG cells, not for ci's short ones or other models;
+    the cell's zoo train command says so."""
+    from pipelines.weight_models import SCALES, cell_options, train_command
+
+    for model in ("ng-gnn", "ng-transformer"):
+        opts = cell_options(SCALES["full"], Path("/s/full-mnist-inr"), Path("/o"), model, 1e-3)
+        assert opts.compile and "--compile" in train_command(opts)
+        assert not cell_options(SCALES["ci"], Path("/s/ci-mnist-inr"), Path("/o"), model, None).compile
+    assert not cell_options(SCALES["full"], Path("/s/full-mnist-inr"), Path("/o"), "scalegmn", 1e-3).compile
