@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ class _ExpectedErrors(click.Group):
     """Show data/store/argument errors as one clear line instead of a traceback."""
 
     def invoke(self, ctx):
+        ctx.meta["calmed_openmp"] = calm_openmp_on_a_busy_cpu()  # before anything loads PyTorch
         from dws.weightspace import WeightSpace  # noqa: F401  (fail early if the install is broken)
         from zoo.sources import DataError
         from zoo.store import StoreError
@@ -106,8 +108,38 @@ def _max_memory(holds: str):
     "zoo train stores/small --epochs 20 --lr 1e-3 --batch-size 64",
     "zoo COMMAND --help   # each command's options and examples"))
 @click.version_option(package_name="weightzoo", prog_name="zoo", message="%(prog)s (weightzoo) %(version)s")
-def main():
+@click.pass_context
+def main(ctx):
     """Model zoos of small networks (Zarr v3 weight stores) and DWSNets over their weights."""
+    if ctx.invoked_subcommand in COMPUTING_COMMANDS and ctx.meta.get("calmed_openmp"):
+        click.secho(f"the CPU is busy (load {os.getloadavg()[0]:.1f} on {usable_cpus()} cores): OpenMP threads sleep "
+                    f"between operators (OMP_WAIT_POLICY=PASSIVE; set OMP_WAIT_POLICY to choose)", err=True, dim=True)
+
+
+# the commands that run PyTorch's CPU kernels for long
+COMPUTING_COMMANDS = ("generate", "train", "eval")
+
+
+def usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def calm_openmp_on_a_busy_cpu(environ=os.environ) -> bool:
+    """``OMP_WAIT_POLICY=PASSIVE`` for this process and its workers when other jobs already hold half the
+    CPU or more at start and the user chose no policy (True where set).
+
+    libgomp's threads spin between operators. When another job holds a core, each of a training
+    step's thousands of small operators waits for its second thread's next time slice: a DWSNet step
+    took 3.2 s instead of 0.10 s at load 4-6 on 2 cores (docs/train.md, "Filling the table"). On an
+    idle machine spinning is 1.5-1.7x faster, so it stays. libgomp reads the variable when PyTorch
+    loads it, which the commands do later (not before: then it is too late, and nothing is set).
+    """
+    if "OMP_WAIT_POLICY" in environ or "torch" in sys.modules or not hasattr(os, "getloadavg"):
+        return False
+    if os.getloadavg()[0] < usable_cpus() / 2:
+        return False
+    environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
 
 
 def _parse_source_options(values: tuple[str, ...]) -> dict | None:
