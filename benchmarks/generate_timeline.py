@@ -4,8 +4,10 @@
 
 Runs the ``zoo`` command line given (the same arguments as ``zoo``) in this process, with the
 functions of each phase wrapped to record when they start and end and on which thread: importing
-torch, reading the source, the plan, creating the store, the per-job host buffers, training a
-group, test accuracy, fitting a chunk of INRs (its initial parameters, the final MSE), a chunk's moments, writing and listing chunks, the statistics, the content
+torch, reading the source (the images: classifier_data), the plan, choosing the device, creating the
+store, the per-job host buffers, normalizing the images (normalized: once per process and device),
+the trainer's group size, training a group, test accuracy, the main thread waiting for room in the
+writer's queue (ChunkWriter.put), fitting a chunk of INRs (its initial parameters, the final MSE), a chunk's moments, writing and listing chunks, the statistics, the content
 ID, the card, the summary. At exit it prints one line per call (phase, thread, start, end,
 seconds, all from the process start) and the exit time, to stderr. Why: issue 33's GPU runs of the
 classifier zoos took 3-14x their training time and their disk time, and the progress bar alone does
@@ -28,14 +30,16 @@ START = time.perf_counter()
 SPANS: list[tuple[str, str, float, float]] = []  # (phase, thread, start, end)
 # module -> functions (or Class.method) whose calls are phases
 PHASES = {
-    "zoo.generate.run": ("get_source", "make_executor", "create_store", "_make_chunks", "write_chunk",
-                         "mark_chunks_complete", "consolidate_rows", "_statistics", "write_stats", "finish"),
+    "zoo.generate.run": ("get_source", "resolve_device", "make_executor", "create_store", "_make_chunks",
+                         "write_chunk", "mark_chunks_complete", "consolidate_rows", "_statistics", "write_stats",
+                         "finish"),
+    "zoo.generate.writeback": ("ChunkWriter.put",),  # (the main thread waiting for room in the writer's queue)
     "zoo.generate.chunk": ("finish_chunk", "chunk_train_moments", "train_moments"),
-    "zoo.generate.classifiers": ("host_arrays", "train_runs", "_finish_chunk", "ClassifierRecipe.plan",
-                                 "ClassifierRecipe.report"),
+    "zoo.generate.classifiers": ("classifier_data", "host_arrays", "train_runs", "_finish_chunk",
+                                 "ClassifierRecipe.plan", "ClassifierRecipe.report"),
     "zoo.generate.inr": ("InrRecipe.plan", "InrRecipe.work", "fit_batch"),  # (work: the chunk's fit)
     "zoo.fit.fitter": ("InitAhead.take", "_result"),
-    "zoo.train.trainer": ("_train_group", "TrainedGroup.test_accuracy"),
+    "zoo.train.trainer": ("normalized", "default_group", "_train_group", "TrainedGroup.test_accuracy"),
     "zoo.store.finish": ("content_id", "write_card"),
     "zoo.inspect": ("summary",),
 }
@@ -76,7 +80,8 @@ def report(missing: list[str]) -> None:
         print(f"{label:30s} {thread:14s} {began:8.2f} {ended:8.2f} {ended - began:8.2f}", file=sys.stderr)
     if missing:
         print(f"not timed (renamed or gone): {', '.join(missing)}", file=sys.stderr)
-    print(f"exit at {time.perf_counter() - START:.2f} s", file=sys.stderr)
+    print(f"exit at {time.perf_counter() - START:.2f} s (the process ends after this: the interpreter's "
+          f"teardown; the progress bar's clock starts with _make_chunks)", file=sys.stderr)
 
 
 def main() -> None:
