@@ -81,6 +81,17 @@ def test_a_pipeline_run_again_reuses_finished_models_and_retrains_changed_ones(t
     moved.rename(store)
     assert finished_run(TrainOptions(store=str(store), **options))["run_dir"] == str(run_dir)
     assert finished_run(TrainOptions(store=str(store), **{**options, "seed": 1})) is None
+    # a run written before a speed-only option existed (--compile, 2026-11-27) is still this run; one
+    # written before an option that changes results existed is not (its default may have moved)
+    config_file = run_dir / "config.json"
+    written = config_file.read_text()
+    for dropped, same in (("compile", True), ("loader_workers", True), ("precise_bn", False)):
+        config = json.loads(written)
+        del config["options"][dropped]
+        config_file.write_text(json.dumps(config))
+        found = finished_run(TrainOptions(store=str(store), **options))
+        assert (found is not None) == same, dropped
+    config_file.write_text(written)
 
 
 def test_sine_regression_pipeline(tmp_path):
