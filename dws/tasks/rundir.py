@@ -35,7 +35,7 @@ from zoo.store import StoreError, WeightStore
 
 from .models import build_model, evaluation_transform
 from .objectives import Task, get_task
-from .options import ACTIVATION_PEAK, DEFAULTS, TrainOptions, default_run_dir, with_task_defaults
+from .options import ACTIVATION_PEAK, TrainOptions, default_run_dir, with_task_defaults
 from .prepare import SPEED_ONLY, PreparedRun, resume_settings
 from .protocol import format_report
 from .trainer import Predictions, TrainResult, evaluate
@@ -94,10 +94,10 @@ def finished_run(opts: TrainOptions) -> dict | None:
     except (OSError, ValueError, KeyError):
         return None
     names = {f.name for f in fields(TrainOptions)}
-    added = names - set(saved)  # options added since the run was written
-    if set(saved) - names or not added <= set(SPEED_ONLY):  # another version: defaults may have moved
+    # written by another version of the options, whose defaults may have moved; an option added since
+    # that changes only the speed (SPEED_ONLY) takes its default in TrainOptions(**saved) and is not compared
+    if set(saved) - names or not names - set(saved) <= set(SPEED_ONLY):
         return None
-    saved = {**{name: DEFAULTS[name] for name in added}, **saved}  # a speed-only option changes no result
     try:
         store = WeightStore(opts.store)
     except StoreError:
