@@ -7,9 +7,10 @@ functions of each phase wrapped to record when they start and end and on which t
 torch, reading the source (the images: classifier_data), the plan, choosing the device, creating the
 store, the per-job host buffers, normalizing the images (normalized: once per process and device),
 the trainer's group size, training a group, test accuracy, the main thread waiting for room in the
-writer's queue (ChunkWriter.put), fitting a chunk of INRs (its initial parameters, the final MSE), a chunk's moments, writing and listing chunks, the statistics, the content
-ID, the card, the summary. At exit it prints one line per call (phase, thread, start, end,
-seconds, all from the process start) and the exit time, to stderr. Why: issue 33's GPU runs of the
+writer's queue (ChunkWriter.put), fitting a chunk of INRs (its initial parameters, the final MSE), a
+chunk's moments, writing and listing chunks, the statistics, the content ID, the card, the summary.
+At exit it prints one line per call (phase, thread, start, end, seconds, all from the process
+start) and the exit time, to stderr. Why: issue 33's GPU runs of the
 classifier zoos took 3-14x their training time and their disk time, and the progress bar alone does
 not say where (benchmarks/README.md). ``gpu_session.sh clfgen`` runs the generation through it.
 A phase that no longer exists under its name is skipped and listed.

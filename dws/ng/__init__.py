@@ -18,4 +18,5 @@ from dws.ng.construct import GraphConstructor
 from dws.ng.graph import LayeredGraph
 from dws.ng.models import PAPER_NG_WIDTH, NGGNN, NGTransformer, gnn_ratios, transformer_ratios
 
-__all__ = ["PAPER_NG_WIDTH", "GraphConstructor", "LayeredGraph", "NGGNN", "NGTransformer", "gnn_ratios", "transformer_ratios"]
+__all__ = ["PAPER_NG_WIDTH", "GraphConstructor", "LayeredGraph", "NGGNN", "NGTransformer", "gnn_ratios",
+           "transformer_ratios"]

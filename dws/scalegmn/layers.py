@@ -84,11 +84,14 @@ class ScaleGMNLayer(nn.Module):
     def reads(self, wanted: Read, last: int) -> Read:
         """What this layer reads of its inputs to compute ``wanted`` (node layers ``0..last``)."""
         forward_in = {l - 1 for l in wanted.nodes if l > 0}  # node l hears layer l - 1 over edges[l - 1]
-        backward_in = {l for l in wanted.nodes if l < last} if self.backward_messages is not None else set()  # over backward[l]
+        backward_in = ({l for l in wanted.nodes if l < last}  # node l hears layer l + 1 over backward[l]
+                       if self.backward_messages is not None else set())
         updated_edges = set(wanted.edges if self.edge_update is not None else ()) | \
             set(wanted.backward if self.backward_edge_update is not None else ())  # edge p reads nodes p, p + 1
-        nodes = set(wanted.nodes) | forward_in | {l + 1 for l in backward_in} | {q for p in updated_edges for q in (p, p + 1)}
-        return Read(frozenset(nodes), frozenset(forward_in | set(wanted.edges)), frozenset(backward_in | set(wanted.backward)))
+        nodes = (set(wanted.nodes) | forward_in | {l + 1 for l in backward_in}
+                 | {q for p in updated_edges for q in (p, p + 1)})
+        return Read(frozenset(nodes), frozenset(forward_in | set(wanted.edges)),
+                    frozenset(backward_in | set(wanted.backward)))
 
     def forward(self, nodes: list[Tensor], edges: list[Tensor], backward_edges: list[Tensor] | None,
                 embeddings: list[Tensor], wanted: Read | None = None):

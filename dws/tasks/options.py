@@ -19,7 +19,8 @@ MODELS = ("dwsnet", "mlp", "mlp-perm", "mlp-align", "inr2vec", "transformer", "s
           "ng-gnn", "ng-transformer", "scalegmn", "scalegmn-b")
 # Zhou et al.'s neural functionals (dws/nfn), sized to the DWSNet like the baselines; invariant only for now
 NFN_MODELS = ("nfn-np", "nfn-hnp")
-# Kofinas et al.'s neural graphs (dws/ng): PNA and the relational transformer at the reference's width (in proportion to the DWSNet's channels); invariant only
+# Kofinas et al.'s neural graphs (dws/ng): PNA and the relational transformer at the reference's width (in
+# proportion to the DWSNet's channels); invariant only
 NG_MODELS = ("ng-gnn", "ng-transformer")
 # Kalogeropoulos et al.'s ScaleGMN (dws/scalegmn): forward and bidirectional; invariant only; the paper's width
 # (128 at the DWSNet's default 48 channels, in proportion otherwise) and the symmetry of the store's activation
