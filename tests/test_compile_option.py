@@ -66,3 +66,20 @@ def test_a_really_compiled_step_trains_like_the_eager_one(tiny_store, tmp_path):
         runs[flag] = json.loads((out / "metrics.json").read_text())
     eager, compiled = ([h["train_loss"] for h in runs[f]["history"][0]] for f in (False, True))
     assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-5)
+
+
+def test_compile_without_a_cpp_compiler_is_refused_in_one_line(tiny_store, tmp_path, monkeypatch):
+    """No C++ compiler on a CPU: a ValueError naming what is missing before any step, not an inductor
+    traceback at the first one; torch.compile is never called."""
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda model, *a, **k: calls.append(model) or model)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(ValueError, match="needs a C.. compiler"):
+        train_run(TrainOptions(store=str(tiny_store), out=str(tmp_path / "run"), compile=True, **ARGS),
+                  log=lambda *_: None)
+    assert calls == []
+    monkeypatch.setenv("CXX", "/no/such/compiler")
+    with pytest.raises(ValueError, match="/no/such/compiler"):
+        train_run(TrainOptions(store=str(tiny_store), out=str(tmp_path / "run2"), compile=True, **ARGS),
+                  log=lambda *_: None)

@@ -17,6 +17,8 @@ the checkpoint holds a state, continues from it: the result equals an uninterrup
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple
@@ -147,6 +149,17 @@ def score(model, task: Task, predictions: Predictions, device: str, probe_train:
     return task.metrics(predictions.output, predictions.target, probe)
 
 
+def compiled(model: torch.nn.Module, device: str) -> torch.nn.Module:
+    """``torch.compile(model)``, refused in one line where it cannot work: on a CPU, inductor builds the
+    step's kernels with a C++ compiler, and without one the first step fails deep inside torch."""
+    if torch.device(device).type == "cpu":
+        names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+        if not any(shutil.which(name) for name in names):
+            raise ValueError(f"--compile on a CPU needs a C++ compiler (torch.compile builds the training step "
+                             f"with it): none found ({', '.join(names)}); install one, or train without --compile")
+    return torch.compile(model)
+
+
 def train(
     model: torch.nn.Module,
     task: Task,
@@ -175,7 +188,7 @@ def train(
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     # compiled for the training step only: evaluation under no_grad would compile a second graph, and the
     # state dict stays the eager module's (same parameters, same names)
-    step_model = torch.compile(model) if config.compile else model
+    step_model = compiled(model, device) if config.compile else model
     stateful = {"model": model, "optimizer": opt,
                 **{f"loader:{name}": loader for name, loader in loaders.items() if hasattr(loader, "state_dict")}}
     # the loop's own state: epochs completed, the best so far, history, epochs without progress, time spent
