@@ -470,7 +470,9 @@ def show(store, out, count, data_root):
 @click.option("--patience", type=int, default=TRAIN["patience"],
               help="Stop after this many epochs without validation progress.")
 @click.option("--train-limit", type=int, default=TRAIN["train_limit"],
-              help="Train on the first N train networks only (size sweeps).")
+              help="Train on N train networks only (size sweeps): a fixed random subset spread over the split, "
+                   "stratified by label where the store has labels, the same for every seed and nested across N "
+                   "(not the split's first N: stores keep their source's order, which may be sorted).")
 @click.option("--train-views", type=int, default=TRAIN["train_views"], metavar="K",
               help="Train on each item's first K views of a zoo generated with --views >= K; validation and test "
                    "use each item's first view (the multi-view table from one store).")

@@ -324,15 +324,18 @@ def test_noise_and_dropout_statistics():
         assert (WeightDropout(p, rescale=False)(ones, gen).flatten().unique() == torch.tensor([0.0, 1.0])).all()
 
 
-def test_limit_keeps_the_first_networks_of_the_split(tiny_store):
+def test_limit_keeps_a_fixed_subset_spread_over_the_split(tiny_store):
+    """Not the split's first networks (a sorted source's first N are a few classes): tests/test_train_limit.py."""
     from dws.stream import WeightStoreLoader
 
-    for in_memory in (True, False):
-        loader = WeightStoreLoader(tiny_store, "train", batch_size=4, limit=7, in_memory=in_memory, seed=3)
-        seen = sorted(i for b in loader for i in b.index.tolist())
-        start, _ = loader.store.split_range("train")
-        assert seen == list(range(start, start + 7))
-        assert len(loader) == 2
+    subsets = []
+    for in_memory, limit in ((True, 7), (False, 7), (True, 12)):
+        loader = WeightStoreLoader(tiny_store, "train", batch_size=4, limit=limit, in_memory=in_memory, seed=3)
+        subsets.append(set(i for b in loader for i in b.index.tolist()))
+        assert len(subsets[-1]) == loader.num_networks == limit and len(loader) == -(-limit // 4)
+    assert subsets[0] == subsets[1] < subsets[2]  # the same in both modes, nested across limits
+    start, _ = loader.store.split_range("train")
+    assert subsets[0] != set(range(start, start + 7))
 
 
 def test_in_place_normalization_is_the_same_bits_in_the_same_memory(synth):

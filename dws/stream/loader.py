@@ -15,7 +15,8 @@ Two modes, chosen automatically by the split's size against ``ram_budget``:
 Either way an epoch visits every network of the split exactly once, the sequence of batches
 depends on ``seed`` and the epoch number only (not on ``num_workers``), and augmentation is
 applied to raw weights before normalization. Networks that did not train normally (a ``status``
-other than ``ok``, see :mod:`dws.stream.rows`) are left out unless ``only_ok=False``.
+other than ``ok``, see :mod:`dws.stream.rows`) are left out unless ``only_ok=False``; ``limit``
+keeps a fixed subset spread over the split, as a mask over its rows like those left out.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from zoo.store import StoreError, WeightStore
 from .batch import Batch, rebatch
 from .memory import network_bytes, window_chunks
 from .normalize import Normalizer
-from .rows import excluded, usable_mask, view_mask
+from .rows import excluded, selected_mask
 from .targets import read_targets, target_names
 from .windows import ORDER, WindowStream, derived_generator, prepare, split_pieces
 
@@ -61,8 +62,12 @@ class WeightStoreLoader:
         ram_budget: bytes of networks this loader may hold: the split, or its shuffle windows (what a
             whole process holds is split by :func:`dws.stream.memory.plan_memory`).
         pin_memory: pin each batch (for fast copies to an accelerator).
-        limit: use only the split's first ``limit`` networks (training-set-size sweeps; stores are
-            laid out in source order, so for shuffled sources this is a random subset).
+        limit: use only ``limit`` networks of the split (training-set-size sweeps), spread over it: the
+            first ``limit`` of a fixed seeded permutation of the networks otherwise used, stratified by
+            ``label`` where every one has a label (:func:`~dws.stream.rows.limit_mask`); the same for
+            every ``seed`` and mode, and nested across limits. Not the split's first ``limit``: stores
+            are laid out in source order, and some sources are sorted (by label). Held and budgeted
+            (``split_bytes``) as the subset, read chunk by chunk.
         views: use only each item's first ``views`` views (a store generated with ``--views K``,
             ``views <= K``: the multi-view table from one store; :func:`~dws.stream.rows.view_mask`).
         only_ok: leave out the networks whose ``status`` is not ``ok`` (diverged classifiers; they
@@ -96,19 +101,12 @@ class WeightStoreLoader:
         self.store = store if isinstance(store, WeightStore) else WeightStore(store)
         self.split = split
         self.start, self.stop = self.store.split_range(split)
-        if limit is not None:
-            if limit < 1:
-                raise ValueError(f"limit must be positive, got {limit}")
-            self.stop = min(self.stop, self.start + limit)
         if self.stop <= self.start:
             raise StoreError(f"{self.store.root}: split {split!r} is empty")
-        self.only_ok, self.views = only_ok, views
+        self.only_ok, self.views, self.limit = only_ok, views, limit
         self.excluded = excluded(self.store, self.start, self.stop) if only_ok else {}
         # None: every network of the range; else a mask over it (``rows``: the store indices kept)
-        self.keep = usable_mask(self.store, self.start, self.stop) if self.excluded else None
-        if views is not None:
-            chosen = view_mask(self.store, self.start, self.stop, views)
-            self.keep = chosen if self.keep is None else self.keep & chosen
+        self.keep = selected_mask(self.store, self.start, self.stop, only_ok=only_ok, views=views, limit=limit)
         self.rows = None if self.keep is None else torch.from_numpy(np.flatnonzero(self.keep) + self.start)
         if self.rows is not None and len(self.rows) == 0:
             raise StoreError(f"{self.store.root}: no network of split {split!r} ({self.start}..{self.stop - 1}) "
@@ -141,7 +139,7 @@ class WeightStoreLoader:
     # ----------------------------------------------------------------- description
     @property
     def num_networks(self) -> int:
-        """Networks per epoch: the split's range less those left out."""
+        """Networks per epoch: the split's range less those left out (and beyond ``limit``)."""
         return self.stop - self.start if self.rows is None else len(self.rows)
 
     @property
@@ -196,7 +194,7 @@ class WeightStoreLoader:
                 self.store, self.split, batch_size=self.batch_size, target=self.target_names, shuffle=shuffle,
                 seed=self.seed, normalize=self.normalizer or False, augment=augment, drop_last=drop_last,
                 num_workers=self.num_workers, buffer_chunks=self._asked_chunks, ram_budget=self.ram_budget,
-                in_memory=self.in_memory, pin_memory=self.pin_memory, limit=self.stop - self.start,
+                in_memory=self.in_memory, pin_memory=self.pin_memory, limit=self.limit,
                 only_ok=self.only_ok, views=self.views,
             )
         other = copy.copy(self)

@@ -90,9 +90,11 @@ class Task:
     def output_size(self, store: WeightStore) -> int:
         raise NotImplementedError
 
-    def target_scale(self, store: WeightStore, start: int, stop: int) -> list[list[float]] | None:
-        """``[means, stds]`` of the targets of networks ``start..stop-1`` that are learned from, for a model
-        whose outputs are standardized targets (:class:`dws.tasks.models.TargetScale`); None: not such a task."""
+    def target_scale(self, store: WeightStore, start: int, stop: int,
+                     keep: np.ndarray | None = None) -> list[list[float]] | None:
+        """``[means, stds]`` of the targets of networks ``start..stop-1`` that are learned from (``keep``, a
+        mask over them: those, e.g. ``--train-limit``'s subset), for a model whose outputs are standardized
+        targets (:class:`dws.tasks.models.TargetScale`); None: not such a task."""
         return None
 
     def loss(self, model, ws: WeightSpace, target: Tensor, temperature: float) -> Tensor:
@@ -138,8 +140,9 @@ class Regress(Task):
     def scalar_predictions(self):
         return len(self.targets) == 1
 
-    def target_scale(self, store, start, stop):
-        values = read_targets(store, self.targets, start, stop, usable_mask(store, start, stop)).double()
+    def target_scale(self, store, start, stop, keep=None):
+        keep = usable_mask(store, start, stop) if keep is None else keep
+        values = read_targets(store, self.targets, start, stop, keep).double()
         values = values.view(len(values), -1)
         std = values.std(dim=0, correction=0)
         std = torch.where(std > 0, std, torch.ones_like(std))  # a constant target (or one network): its offset alone

@@ -105,7 +105,9 @@ class TrainOptions:
     compile: bool = False  # the training step through torch.compile (speed only: same function)
     device: str = "auto"
     patience: int | None = None
-    train_limit: int | None = None  # train on the first N networks of the train split only
+    # train on N networks of the train split only, spread over it: a fixed random subset (stratified by
+    # label where there is one), the same for every seed and nested across N (dws.stream.rows.limit_mask)
+    train_limit: int | None = None
     # train on each item's first K views (a zoo generated with --views >= K); validation and test then use
     # each item's first view, so runs with different K are selected and tested on the same networks
     train_views: int | None = None

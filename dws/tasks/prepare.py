@@ -17,18 +17,19 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 from torch import nn
 
 from dws.stream import Normalizer, WeightStoreLoader, describe_excluded, excluded, inr_augmentation, usable_mask
 from dws.stream.orbit import normalization_statistics
 from dws.stream.memory import MemoryPlan, activation_bytes, model_bytes, plan_memory
-from dws.stream.rows import view_mask
+from dws.stream.rows import LIMIT_SELECTION, selected_mask, strata, view_mask
 from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
 from zoo.options import DEFAULT_MAX_MEMORY, MIN_SELECTION_NETWORKS, MIN_SELECTION_RUNS, format_size, plural
 from zoo.store import StoreError, WeightStore
 
-from .checkpoint import RESTART, RunCheckpoints
+from .checkpoint import RESTART, CheckpointError, RunCheckpoints
 from .models import build_model, training_store
 from .objectives import Task, get_task
 from .options import ACTIVATION_PEAK, CLAIMED_SYMMETRY, TrainOptions, default_run_dir, with_task_defaults
@@ -110,22 +111,33 @@ class PreparedRun:
         return out
 
 
-def split_ranges(store: WeightStore, train_limit: int | None) -> dict[str, tuple[int, int]]:
-    """The networks a run uses: ``{split: (start, stop)}``, the train split cut to ``train_limit``."""
+def split_ranges(store: WeightStore) -> dict[str, tuple[int, int]]:
+    """The splits' networks: ``{split: (start, stop)}`` (``--train-limit`` keeps a subset of the train
+    range's networks: :func:`train_subset`)."""
     ranges = {}
     for split in ("train", "val", "test"):
         start, stop = store.split_range(split)
-        if split == "train" and train_limit is not None:
-            stop = min(stop, start + train_limit)
         if stop <= start:
             raise StoreError(f"{store.root}: split {split!r} is empty; a run needs networks to train, select and test on")
         ranges[split] = (start, stop)
     return ranges
 
 
-def check_store(store: WeightStore, task: Task, opts: TrainOptions, ranges: dict[str, tuple[int, int]]) -> None:
+def train_subset(store: WeightStore, opts: TrainOptions, ranges: dict[str, tuple[int, int]]):
+    """``--train-limit``'s networks as a mask over the train range (the training loader's, which
+    :func:`dws.stream.rows.selected_mask` chooses), and their number; (None, the range's size) without
+    a limit, as counted before limits existed (which keeps an unlimited run's memory plan)."""
+    start, stop = ranges["train"]
+    if opts.train_limit is None:
+        return None, stop - start
+    keep = selected_mask(store, start, stop, views=opts.train_views, limit=opts.train_limit)
+    return keep, stop - start if keep is None else int(keep.sum())
+
+
+def check_store(store: WeightStore, task: Task, opts: TrainOptions, ranges: dict[str, tuple[int, int]],
+                train_networks: int) -> None:
     """Refuse a store the task cannot train on, with what the store has instead (ValueError/StoreError);
-    ``ranges``: :func:`split_ranges`."""
+    ``ranges``: :func:`split_ranges`; ``train_networks``: the networks trained on (:func:`train_subset`)."""
     for split, (start, stop) in ranges.items():
         if not usable_mask(store, start, stop).any():
             raise StoreError(f"{store.root}: no network of split {split!r} trained normally (status: "
@@ -133,10 +145,9 @@ def check_store(store: WeightStore, task: Task, opts: TrainOptions, ranges: dict
     task.check_store(store, ranges)
     if opts.train_views is not None:  # refuses a store without views, or with fewer than asked for
         view_mask(store, *ranges["train"], opts.train_views)
-    start, stop = ranges["train"]
-    if task.full_batches and stop - start < opts.batch_size:
+    if task.full_batches and train_networks < opts.batch_size:
         raise ValueError(f"--task {task.name} trains on full batches of --batch-size {opts.batch_size}, and the "
-                         f"train split has {stop - start} networks{' (--train-limit)' if opts.train_limit else ''}: "
+                         f"train split has {train_networks} networks{' (--train-limit)' if opts.train_limit else ''}: "
                          f"lower --batch-size")
 
 
@@ -158,11 +169,31 @@ def option_flag(name: str) -> str:
     return f"--{name.replace('_', '-')}"
 
 
+# recorded beside --train-limit (dws.stream.rows.LIMIT_SELECTION): what the limit selected. A run
+# saved before it existed took the train split's first N networks, and is not resumed as this one
+LIMIT_SETTING = "--train-limit selects"
+
+
 def resume_settings(opts: TrainOptions, store: WeightStore) -> dict:
-    """What an unfinished run and its rerun must agree on: the options by flag, and which store."""
+    """What an unfinished run and its rerun must agree on: the options by flag, and which store (and
+    with ``--train-limit``, which networks it selects: :data:`LIMIT_SETTING`)."""
     settings = {option_flag(name): value for name, value in asdict(opts).items()
                 if name not in SPEED_ONLY and name != "store"}
+    if opts.train_limit is not None:
+        settings[LIMIT_SETTING] = LIMIT_SELECTION
     return {"STORE": str(store.root.resolve()), "STORE created": store.manifest.get("created"), **settings}
+
+
+def refuse_prefix_limit(saved: dict | None, run_dir: Path) -> None:
+    """Refuse (CheckpointError, one line) to resume an unfinished run begun when ``--train-limit N``
+    kept the train split's first N networks: the networks it trained on are not the ones it would
+    resume on. Runs without a limit resume as before."""
+    if saved is None or saved.get("--train-limit") is None or LIMIT_SETTING in saved:
+        return
+    raise CheckpointError(f"{run_dir} holds an unfinished run begun when --train-limit {saved['--train-limit']} "
+                          f"meant the train split's first {saved['--train-limit']} networks; it now means as many "
+                          f"spread over the split (a fixed random subset), so it cannot be resumed: rerun with "
+                          f"{RESTART} to start it over, or use another --out")
 
 
 def with_legacy_settings(opts: TrainOptions, saved: dict | None, log) -> tuple[TrainOptions, dict]:
@@ -205,18 +236,32 @@ def log_excluded(store: WeightStore, ranges: dict[str, tuple[int, int]], log=pri
             log(f"note: {describe_excluded(counts, stop - start, split)}; they are neither trained on nor evaluated")
 
 
+def log_train_subset(store: WeightStore, opts: TrainOptions, train: tuple[int, int], subset, log=print) -> None:
+    """Say which networks ``--train-limit`` trains on (``subset``: :func:`train_subset`'s mask)."""
+    start, stop = train
+    chosen = np.arange(stop - start) if subset is None else np.flatnonzero(subset)
+    how = "stratified by label" if strata(store, start, stop, chosen) is not None else "no labels to stratify by"
+    log(f"note: --train-limit {opts.train_limit}: training on {len(chosen):,} of the {stop - start:,} train "
+        f"networks, a fixed random subset spread over the split ({how}), the same for every seed")
+
+
 def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     """Check ``opts`` against the store and set the run up (see the module docstring)."""
     opts = with_task_defaults(opts)
     store = WeightStore(opts.store)
     task = get_task(opts.task, opts.target)
-    ranges = split_ranges(store, opts.train_limit)  # refuses an empty split
-    check_store(store, task, opts, ranges)
+    ranges = split_ranges(store)  # refuses an empty split
+    subset, train_networks = train_subset(store, opts, ranges)
+    check_store(store, task, opts, ranges, train_networks)
     warn_small_val(store, opts, log)
     log_excluded(store, ranges, log)
+    if opts.train_limit is not None:
+        log_train_subset(store, opts, ranges["train"], subset, log)
     task = task.bind(store, opts.data_root, opts.image_batch)
     run_dir = Path(opts.out) if opts.out else default_run_dir(opts)
-    opts, legacy = with_legacy_settings(opts, RunCheckpoints(run_dir, {}, opts.resume).saved_settings(), log)
+    saved = RunCheckpoints(run_dir, {}, opts.resume).saved_settings()
+    refuse_prefix_limit(saved, run_dir)
+    opts, legacy = with_legacy_settings(opts, saved, log)
     checkpoints = RunCheckpoints(run_dir, resume_settings(opts, store), opts.resume)
     checkpoints.check(saved_before=legacy)
     num_classes, out_features = task.num_classes(store), task.output_size(store)
@@ -225,7 +270,7 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
                         activation=store.manifest["architecture"].get("activation"))  # ScaleGMN's symmetry follows it
     if task.outputs_weights:
         model_kwargs["equivariant"] = True
-    scale = task.target_scale(store, *ranges["train"]) if opts.standardize_target else None
+    scale = task.target_scale(store, *ranges["train"], subset) if opts.standardize_target else None
     if scale is not None:
         model_kwargs["target_scale"] = scale
     # refuses what cannot be built (plain: no kernel build for a check)
@@ -242,7 +287,9 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     hooked = hasattr(model, "prepare_store")
 
     def plan(reading: WeightStore, activations: int) -> MemoryPlan:  # refuses a budget below one chunk and one batch
-        return plan_memory(opts.max_memory, reading, {split: stop - start for split, (start, stop) in ranges.items()},
+        networks = {split: train_networks if split == "train" else stop - start
+                    for split, (start, stop) in ranges.items()}
+        return plan_memory(opts.max_memory, reading, networks,
                            shuffled="train", batch_size=opts.batch_size, model_bytes=model_bytes(model),
                            training=True, workers=opts.loader_workers, activations=activations,
                            activations_on_host=device == "cpu", sharers=opts.workers)

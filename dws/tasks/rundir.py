@@ -29,6 +29,7 @@ from torch import nn
 
 from dws.stream import Normalizer, WeightStoreLoader
 from dws.stream.memory import activation_bytes, model_bytes, plan_memory
+from dws.stream.rows import LIMIT_SELECTION
 from dws.weightspace import WeightSpace
 from zoo.options import DEFAULT_MAX_MEMORY
 from zoo.store import StoreError, WeightStore
@@ -59,6 +60,8 @@ def write_run(run: PreparedRun, outcome: dict, log=print) -> dict:
         "model": best.description, "store": str(run.store.root.resolve()),
         "store_created": run.store.manifest.get("created"),
         "data_store": str(run.data_store.root.resolve()),
+        # what --train-limit selected (absent: a run written when it kept the train split's first N)
+        **({"train_limit_selects": LIMIT_SELECTION} if run.opts.train_limit is not None else {}),
     }
     metrics = {**outcome, "params": best.description["params"], "best_epoch": [r.best_epoch for r in results],
                "seconds": [r.seconds for r in results], "history": [r.history for r in results]}
@@ -111,6 +114,8 @@ def finished_run(opts: TrainOptions) -> dict | None:
 
     if settings(TrainOptions(**saved)) != settings(opts):
         return None
+    if saved.get("train_limit") is not None and config.get("train_limit_selects") != LIMIT_SELECTION:
+        return None  # trained on the train split's first N networks, before --train-limit spread them
     return {"run_dir": str(run_dir), **metrics}
 
 
