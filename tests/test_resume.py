@@ -271,3 +271,24 @@ def _saved(obj):
     torch.save(obj, buffer)
     buffer.seek(0)
     return buffer
+
+
+def test_a_finished_run_saved_before_newer_options_is_reused_with_the_values_it_was_trained_with(tiny_store,
+                                                                                                 tmp_path):
+    """A finished run whose config lacks --normalize and --max-memory (written before they existed) was
+    trained with per-entry statistics and the default budget: a pipeline asking for exactly that reuses
+    it, one asking for orbit statistics (dwsnet's default now) trains anew."""
+    from dws.tasks.rundir import finished_run
+
+    opts = TrainOptions(store=str(tiny_store), out=str(tmp_path / "run"), epochs=1, lr=1e-3, batch_size=16,
+                        hidden_channels=4, num_layers=1, normalize="entry", progress=False)
+    train_run(opts, log=lambda *_: None)
+    config_file = tmp_path / "run" / "config.json"
+    config = json.loads(config_file.read_text())
+    for name in ("normalize", "max_memory"):
+        del config["options"][name]
+    config_file.write_text(json.dumps(config))
+    assert finished_run(opts) is not None
+    assert finished_run(replace(opts, normalize=None)) is None  # orbit, dwsnet's default
+    assert finished_run(replace(opts, normalize="orbit")) is None
+    assert finished_run(replace(opts, max_memory=opts.max_memory // 2 if opts.max_memory else 1 << 30)) is None

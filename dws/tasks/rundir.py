@@ -37,7 +37,7 @@ from zoo.store import StoreError, WeightStore
 from .models import build_model, evaluation_transform
 from .objectives import Task, get_task
 from .options import ACTIVATION_PEAK, TrainOptions, default_run_dir, with_task_defaults
-from .prepare import SPEED_ONLY, PreparedRun, resume_settings
+from .prepare import LEGACY_SETTINGS, SPEED_ONLY, PreparedRun, resume_settings
 from .protocol import format_report
 from .trainer import Predictions, TrainResult, evaluate
 
@@ -96,14 +96,16 @@ def finished_run(opts: TrainOptions) -> dict | None:
         saved = config["options"]
     except (OSError, ValueError, KeyError):
         return None
+    try:
+        store = WeightStore(opts.store)
+    except StoreError:
+        return None
+    # saved before the options of LEGACY_SETTINGS existed: those take the values it was trained with
+    saved = {**{name: value(with_task_defaults(opts)) for name, value in LEGACY_SETTINGS.items()}, **saved}
     names = {f.name for f in fields(TrainOptions)}
     # written by another version of the options, whose defaults may have moved; an option added since
     # that changes only the speed (SPEED_ONLY) takes its default in TrainOptions(**saved) and is not compared
     if set(saved) - names or not names - set(saved) <= set(SPEED_ONLY):
-        return None
-    try:
-        store = WeightStore(opts.store)
-    except StoreError:
         return None
 
     if (config.get("store"), config.get("store_created")) != (str(store.root.resolve()), store.manifest.get("created")):
