@@ -25,8 +25,9 @@ that pipeline makes at the scale) and with that pipeline's training settings:
   frequency, test MSE; its settings (8 channels, 2 layers, batch 32, 40 epochs). Scales smoke, ci.
 - ``generalization``: generalization's Fashion-MNIST classifier zoo, ``--task regress --target
   test_accuracy``, 100 x test MSE and Kendall's tau; its settings (``--input-reduction 16``, 16
-  channels, batch 32, 15 epochs, no augmentation). ``ci``: its 40-run zoo; ``full``: the 200-run zoo
-  (``--store`` an existing one), at the lr of the ci cell.
+  channels, batch 32, 15 epochs, no augmentation), except the graph models' batch: the largest whose
+  activations fit the default ``--max-memory`` (``GENERALIZATION_BATCH_SIZES``). ``ci``: its 40-run
+  zoo; ``full``: the 200-run zoo (``--store`` an existing one), at the lr of the ci cell.
 - ``adapt``: domain_adaptation's CIFAR-10 classifiers, ``--task adapt``, the adapted classifiers' test
   accuracy on corrupted images (and before adaptation); its settings (the paper's adapter, 3 epochs at
   ci); only the models whose output is a weight space (``dws.tasks.options.ADAPT_MODELS``): the
@@ -36,12 +37,13 @@ Every column's lr is chosen on val among ``zoo train``'s candidates (``zoo train
 at ``ci`` (``full`` takes it from there), one seed; ``smoke``: ci's protocol on a tiny zoo, seconds.
 
 Every cell is a ``zoo train`` run directory under ``OUT/SCALE/runs``: a rerun reuses a finished
-one (never retrains it) and resumes an unfinished one from its last epoch. ``--normalize`` is left
-to ``zoo train``'s per-model default (orbit for the models that claim a symmetry, else entry; none
-for adapt). Written: ``OUT/SCALE/results-COLUMN.json`` (each cell: status, lr and where it was
-chosen, metrics, parameters, epochs, wall time, its commands) and ``report-COLUMN.md``, rewritten
-before and after every cell; ``--summary``: ``OUT/summary.md``, every column at its table's scale
-(INR columns and generalization: full; sine and adapt: ci).
+one (never retrains it) and resumes an unfinished one from its last epoch; a cell zoo train refuses
+(a model it cannot size for the zoo, a budget too small) reads ``not run: REASON`` and the others go
+on. ``--normalize`` is left to ``zoo train``'s per-model default (orbit for the models that claim a
+symmetry, else entry; none for adapt). Written: ``OUT/SCALE/results-COLUMN.json`` (each cell: status,
+lr and where it was chosen, metrics, parameters, epochs, wall time, its commands) and
+``report-COLUMN.md``, rewritten before and after every cell; ``--summary``: ``OUT/summary.md``, every
+column at its table's scale (INR columns and generalization: full; sine and adapt: ci).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class Protocol:
     train: dict  # TrainOptions for every model (lr None: chosen on val among PAPER_LRS)
     lr_from: str | None = None  # the scale whose results give each model's lr (None: this one chooses)
     epochs: dict = field(default_factory=dict)  # per-model epochs where they differ from train's
+    batch_sizes: dict = field(default_factory=dict)  # per-model batch sizes where they differ from train's
     progress: bool = True  # training progress bars
     # models whose cells train with zoo train --compile (speed only: a long cell repays the minutes of compiling)
     compiled: tuple = ()
@@ -102,15 +105,21 @@ SCALE_HELP = {"smoke": "seconds, for the tests",
               "full": "each model 100 epochs at its ci lr on the paper's zoo, one cell at a time (days)"}
 NOT_RUN, RUNNING, UNFINISHED, DONE = "not run", "running", "unfinished", "done"
 # a cell zoo train refused to train (e.g. a model it cannot size for the zoo, or a --max-memory too small):
-# its reason in the report; a rerun tries again
+# its reason (the cell's "refused") shown as "not run: REASON" in the tables; a rerun tries again
 REFUSED = "refused"
 
 
-def task_protocol(scale: Scale, lr_from: str | None = None, **train) -> Protocol:
+def not_run(cell: dict) -> str:
+    """What the tables show of a cell zoo train refused: ``not run: REASON``."""
+    return f"{NOT_RUN}: {cell['refused']}"
+
+
+def task_protocol(scale: Scale, lr_from: str | None = None, batch_sizes: dict | None = None, **train) -> Protocol:
     """A paper pipeline's training settings at ``scale`` (``train``: settings added) under the table's
-    protocol: one seed, and the lr chosen on val (or, ``lr_from``, taken from that scale's cells)."""
+    protocol: one seed, and the lr chosen on val (or, ``lr_from``, taken from that scale's cells);
+    ``batch_sizes``: per-model batch sizes instead of the pipeline's."""
     return Protocol(scale.name, {**scale.train, "seeds": 1, "lr": None, **train}, lr_from,
-                    progress=scale.name != "smoke")
+                    progress=scale.name != "smoke", batch_sizes=dict(batch_sizes or {}))
 
 
 @dataclass(frozen=True)
@@ -163,11 +172,26 @@ def inr_column(dataset: str) -> Column:
                   make_store, generate, "accuracy", (ACCURACY,), "results/inr-classification", "full")
 
 
-def pipeline_scales(pipeline, names, full_lr_from: str | None = None, **train) -> dict:
+def pipeline_scales(pipeline, names, full_lr_from: str | None = None, batch_sizes: dict | None = None,
+                    **train) -> dict:
     """:func:`task_protocol` of each of a paper pipeline's scales in ``names``; ``full`` takes its lr from
-    ``full_lr_from``."""
-    return {name: task_protocol(pipeline.SCALES[name], full_lr_from if name == "full" else None, **train)
+    ``full_lr_from``; ``batch_sizes``: per scale, per-model batch sizes instead of the pipeline's."""
+    return {name: task_protocol(pipeline.SCALES[name], full_lr_from if name == "full" else None,
+                                (batch_sizes or {}).get(name), **train)
             for name in names}
+
+
+# The generalization column's graph models: the pipeline's batch of 32 784-128-128-128-10 classifiers
+# needs 14-82 GiB of activations in them (a state per weight: 100,352 in W_1 alone), over zoo train's
+# default --max-memory of 4 GiB, which refuses the cell. Each trains instead on the largest power-of-two
+# batch whose activations (dws.stream.memory.activation_bytes x the model's ACTIVATION_PEAK) fit next to
+# the runtime, model and chunks: autograd saves per network 0.30 (ng-gnn), 0.34 (scalegmn), 1.71
+# (ng-transformer) and 1.71 GiB (scalegmn-b) at ci's and full's 16 channels; 0.12, 0.13, 0.83 and 0.64 GiB
+# at smoke's 6 (measured 2026-11-27; tests/test_weight_models_generalization.py checks that they fit).
+# full uses ci's batches, so the lr chosen at ci carries over.
+GRAPH_BATCH_SIZES = {"ng-gnn": 4, "scalegmn": 4, "ng-transformer": 1, "scalegmn-b": 1}
+GENERALIZATION_BATCH_SIZES = {"smoke": {"ng-transformer": 2, "scalegmn-b": 2},  # (ng-gnn, scalegmn: smoke's 8)
+                              "ci": GRAPH_BATCH_SIZES, "full": GRAPH_BATCH_SIZES}
 
 
 COLUMNS = {
@@ -180,7 +204,8 @@ COLUMNS = {
         "results/sine-regression", "ci"),
     "generalization": Column(
         "generalization prediction (Fashion-MNIST classifiers)", "generalization", "regress",
-        pipeline_scales(generalization, ("smoke", "ci", "full"), "ci", target=generalization.TARGET),
+        pipeline_scales(generalization, ("smoke", "ci", "full"), "ci", GENERALIZATION_BATCH_SIZES,
+                        target=generalization.TARGET),
         generalization.classifier_store, lambda scale: generalization.SCALES[scale].generate, "mse",
         (Metric("test_mse", "100 × test MSE", "mse", 100, 3), Metric("test_kendall_tau", "Kendall τ", "kendall_tau",
                                                                      1, 3)),
@@ -295,6 +320,8 @@ def cell_options(protocol: Protocol, store: Path, out: Path, model: str, lr: flo
                  task: str = "classify") -> TrainOptions:
     """The ``zoo train`` options of one cell; its run directory is ``out/runs/STORE-MODEL-TASK``."""
     train = {**protocol.train, "epochs": protocol.epochs.get(model, protocol.train["epochs"])}
+    if model in protocol.batch_sizes:
+        train["batch_size"] = protocol.batch_sizes[model]
     if lr is not None:
         train["lr"] = lr
     if model in protocol.compiled:
@@ -363,6 +390,19 @@ def read_cells(path: Path) -> dict:
         return {}
 
 
+def other_cells(path: Path, store: Path, models) -> dict:
+    """The cells of the results file at ``path`` of models other than ``models``, where the file is of the same
+    zoo: a run of some models (``--models``) keeps the column's other cells as they are, in the file and the
+    report, so that a later scale still finds their lrs."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if saved.get("store") != str(store):
+        return {}
+    return {m: cell for m, cell in saved.get("cells", {}).items() if m not in models}
+
+
 def chosen_lrs(protocol: Protocol, out: Path, column: str, models, given: dict, stores: Path) -> dict:
     """``{model: (lr, where it was chosen)}``: given on the command line, else (``lr_from``) the finished
     cell of that scale; a model with neither is refused in one line that names the command to run."""
@@ -398,7 +438,8 @@ def fmt_seconds(seconds: float | None) -> str:
 def table_row(cell: dict, metrics=(ACCURACY,)) -> list[str]:
     lr = "—" if cell.get("lr") is None else f"{cell['lr']:g}"
     where = {"val": "val, this scale", "--lr": "--lr"}.get(cell["lr_from"], cell["lr_from"])
-    shown = [m.show(cell[m.key]) if cell["status"] == DONE else cell["status"] if i == 0 else "—"
+    status = not_run(cell) if cell["status"] == REFUSED else cell["status"]
+    shown = [m.show(cell[m.key]) if cell["status"] == DONE else status if i == 0 else "—"
              for i, m in enumerate(metrics)]
     params = f"{cell['params']:,}" if cell.get("params") else "—"
     return [f"`{cell['model']}`", params, f"{lr} ({where})", cell["normalize"] or "—", str(cell["batch_size"]),
@@ -414,7 +455,8 @@ def write_table(out: Path, scale_name: str, column: str, store: Path, cells: dic
     results_path(out, column).write_text(json.dumps(
         {"scale": scale_name, **inr, "column": column, "store": str(store), "cells": cells}, indent=2))
     protocol = spec.scales[scale_name]
-    per_model = f", epochs {protocol.epochs}" if protocol.epochs else ""
+    per_model = (f", epochs {protocol.epochs}" if protocol.epochs else "") + \
+        (f", batch size {protocol.batch_sizes}" if protocol.batch_sizes else "")
     notes = [f"store: {store}", f"training: --task {spec.task}, {protocol.train}{per_model}",
              f"lr: chosen on val {spec.selection} among {', '.join(f'{lr:g}' for lr in PAPER_LRS)}"
              if protocol.lr_from is None else f"lr: the one its {protocol.lr_from} cell chose on val (or --lr)",
@@ -423,8 +465,8 @@ def write_table(out: Path, scale_name: str, column: str, store: Path, cells: dic
              "`--normalize` is zoo train's per-model default (orbit where the model claims a symmetry, else entry"
              + ("; none for adapt, whose models take raw networks)" if spec.task == "adapt" else ")")]
     rows = [table_row(cells[m], spec.metrics) for m in models if m in cells]
-    notes += [f"`{m}` refused by zoo train: {cells[m]['refused']}" for m in models
-              if cells.get(m, {}).get("status") == REFUSED]
+    if any(cells.get(m, {}).get("status") == REFUSED for m in models):
+        notes.append("not run: zoo train refused the cell, for the reason given (a rerun tries again)")
     return write_report(out / f"report-{column}.md", f"Weight-space models, {spec.title}, scale {scale_name}",
                         ["model", "parameters", "lr (chosen on)", "normalize", "batch",
                          *(m.header for m in spec.metrics),
@@ -440,7 +482,7 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
     if cell["status"] == DONE:
         return metric.show(cell[metric.key])
     if cell["status"] == REFUSED:
-        return "refused by zoo train (its report says why)"
+        return not_run(cell)
     live = epochs_done(Path(cell["run_dir"])) if cell.get("run_dir") else 0  # a running cell's checkpoints now
     return f"{cell['status']} {max(live, cell['epochs_done'])}/{cell['epochs_planned']} epochs"
 
@@ -484,6 +526,7 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     store = existing_store(given, column, protocol) if given is not None else \
         spec.make_store(protocol.store, stores / protocol.store, workers, data_root, log)
     previous = read_cells(results_path(out, column))
+    kept = other_cells(results_path(out, column), store, models)
     options = {m: cell_options(protocol, store, out, m, chosen[m][0], spec.task) for m in models}
     commands = {m: pipeline_command(scale_name, column, [m], out.parent, stores, {m: lrs[m]} if m in lrs else {},
                                     given) for m in models}
@@ -493,7 +536,11 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
                            source.get(model, {}).get("params"), running, column)
 
     cells = {m: record(m, previous.get(m, {}).get("wall_seconds")) for m in models}
-    write_table(out, scale_name, column, store, cells, models)
+
+    def table() -> Path:
+        return write_table(out, scale_name, column, store, {**cells, **kept}, [*models, *kept])
+
+    table()
     for model in models:
         opts = options[model]
         if cells[model]["status"] == DONE:
@@ -502,19 +549,19 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
         refuse_other_finished(opts)
         before = cells[model]["wall_seconds"] or 0.0
         cells[model] = record(model, before, running=True)
-        write_table(out, scale_name, column, store, cells, models)
+        table()
         start, refusal = time.perf_counter(), None
         try:
             train_run(opts, log=log)
         except ValueError as e:  # this cell cannot train as the protocol asks; the others still can
             refusal = str(e).splitlines()[0]
-            log(f"{model}: zoo train refused the cell: {refusal}")
+            log(f"{model}: {NOT_RUN}: {refusal}")
         finally:  # an interrupted cell keeps its epochs (zoo train's checkpoints) and its time so far
             cells[model] = record(model, before + time.perf_counter() - start)
             if refusal is not None:
                 cells[model] |= {"status": REFUSED, "refused": refusal}
-            write_table(out, scale_name, column, store, cells, models)
-    return write_table(out, scale_name, column, store, cells, models)
+            table()
+    return table()
 
 
 def parse_args(argv=None) -> argparse.Namespace:

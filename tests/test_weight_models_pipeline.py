@@ -270,9 +270,10 @@ def test_a_cell_zoo_train_refuses_is_recorded_and_the_others_still_train(columns
     found = cells(out, "sine")
     assert found["mlp"]["status"] == "refused" and found["dwsnet"]["status"] == "done"
     assert found["mlp"]["refused"] == "--max-memory 4.0 GiB is too small: ..."
-    assert "mlp: zoo train refused the cell: --max-memory 4.0 GiB is too small: ..." in lines
+    assert "mlp: not run: --max-memory 4.0 GiB is too small: ..." in lines
     text = (out / "report-sine.md").read_text()
-    assert "| refused |" in text and "- `mlp` refused by zoo train: --max-memory 4.0 GiB is too small: ..." in text
+    assert "| not run: --max-memory 4.0 GiB is too small: ... | " in text
+    assert "- not run: zoo train refused the cell, for the reason given (a rerun tries again)" in text
 
     # a scale that takes its lr from this one leaves the refused model out by default, saying so
     spec = weight_models.COLUMNS["sine"]
