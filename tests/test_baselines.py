@@ -107,8 +107,10 @@ def test_size_to_params_picks_closest_width_and_respects_multiple():
     assert (model.out_features, n) == (91, 1001)  # 90 -> 990, 91 -> 1001
     model, n = size_to_params(factory, 1000, multiple_of=8)
     assert model.out_features == 88 and n == 968  # 88 -> 968 beats 96 -> 1056
-    with pytest.raises(ValueError, match="away from the target"):
+    with pytest.raises(ValueError, match="even the smallest size .hidden=1. has 11 parameters"):
         size_to_params(factory, 5, rtol=0.1)  # the smallest model has 11 parameters
+    with pytest.raises(ValueError, match="closest size has 88 parameters .hidden=8., 32% away from the target 130"):
+        size_to_params(factory, 130, multiple_of=8, rtol=0.05)  # 8 -> 88, 16 -> 176
 
 
 def test_clear_errors_for_wrong_inputs():

@@ -58,9 +58,14 @@ def size_to_params(
     best = min(candidates, key=lambda u: abs(count(u) - target_params))
     miss = abs(count(best) - target_params) / target_params
     if rtol is not None and miss > rtol:
+        if best == units_lo and count(best) > target_params:  # no width is small enough
+            raise ValueError(
+                f"even the smallest size ({width_arg}={best * multiple_of}) has {count(best):,} parameters, "
+                f"{miss:.0%} over the target {target_params:,} (allowed {rtol:.0%}): this architecture cannot be "
+                f"made that small")
         raise ValueError(
-            f"closest size has {count(best)} parameters ({width_arg}={best * multiple_of}), "
-            f"{miss:.0%} away from the target {target_params} (allowed {rtol:.0%})"
+            f"closest size has {count(best):,} parameters ({width_arg}={best * multiple_of}), "
+            f"{miss:.0%} away from the target {target_params:,} (allowed {rtol:.0%})"
         )
     model = factory(**{width_arg: best * multiple_of})
     return model, count_params(model)

@@ -96,9 +96,14 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
         model, desc = accelerate(dwsnet(), backend), {"model": name, "params": target}
     elif name in NFN_MODELS:  # the reference classifier's proportions, its channels sized to the DWSNet
         mode = name.removeprefix("nfn-")
-        model, params = size_to_params(
-            lambda channels: NFNInvariant(widths, out_features, mode=mode, dropout=dropout, **paper_ratios(channels)),
-            target, width_arg="channels", hi=1024, rtol=params_rtol)
+        try:
+            model, params = size_to_params(
+                lambda channels: NFNInvariant(widths, out_features, mode=mode, dropout=dropout,
+                                              **paper_ratios(channels)),
+                target, width_arg="channels", hi=1024, rtol=params_rtol)
+        except ValueError as err:  # HNP's first layer grows with d_0^2: wide inputs rule out a DWSNet's size
+            raise ValueError(f"--model {name} cannot be sized to the DWSNet's {target:,} parameters for "
+                             f"{'-'.join(map(str, widths))} networks: {err}") from err
         desc = {"model": name, "params": params, "sized_to": target}
     elif name in NG_MODELS:  # the reference INR classifiers' width 32 at the DWSNet's default channels, in proportion
         width = paper_width(PAPER_NG_WIDTH, hidden_channels, multiple_of=2)
