@@ -1,6 +1,6 @@
 """NFN-NP and NFN-HNP (dws/nfn): the symmetries they claim, on random architectures, with a group
 action written here on the raw tensors (not the model code's), controls that they are not trivially
-invariant, and a short `zoo train` run of each."""
+invariant, the layer norms and channel dropout keeping them, and a short `zoo train` run of each."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from dws.nfn import HNPLayer, NFNInvariant, NPLayer
+from dws.nfn import ChannelDropout, ChannelLayerNorm, HNPLayer, NeuronLayerNorm, NFNInvariant, NPLayer
 from dws.weightspace import WeightSpace
 from dws_helpers import derange
 
@@ -78,17 +78,19 @@ def test_the_np_layer_is_equivariant_to_input_and_output_permutations_and_the_hn
     assert not close(hnp_layer(act(x, perms)), act(hnp_layer(x), perms))
 
 
-def small_model(widths, mode, seed):
+def small_model(widths, mode, seed, norm=None):
     torch.manual_seed(seed)
-    return NFNInvariant(widths, 3, mode=mode, hidden_channels=4, fourier_features=3, head_hidden=8).double().eval()
+    return NFNInvariant(widths, 3, mode=mode, hidden_channels=4, fourier_features=3, head_hidden=8,
+                        norm=norm).double().eval()
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("seed", range(5))
-def test_the_invariant_model_is_invariant_to_hidden_permutations_only(mode, seed):
+@pytest.mark.parametrize("norm", [None, "simple", "param"])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_invariant_model_is_invariant_to_hidden_permutations_only(mode, norm, seed):
     gen = torch.Generator().manual_seed(200 + seed)
     widths = random_widths(gen)
-    model = small_model(widths, mode, seed)
+    model = small_model(widths, mode, seed, norm)
     x = random_space(widths, 4, 1, gen)
     y = model(x)
     assert y.shape == (4, 3)
@@ -115,13 +117,93 @@ def test_np_tells_input_neurons_apart_through_its_position_encoding():
     assert not close(plain(act(x, perms)), act(plain(x), perms))
 
 
-def test_the_models_are_sized_to_the_dwsnet():
+def test_the_models_are_sized_to_the_dwsnet_and_built_as_the_reference_mnist_config():
+    """inv_ff_mnist.yaml / inv_ff_io_mnist.yaml: channel dropout 0.1 after every NF layer, no layer norm."""
     from dws.tasks.models import build_model
 
     for name in ("nfn-np", "nfn-hnp"):
         model, desc = build_model(name, (2, 32, 32, 1), 10)
         assert isinstance(model, NFNInvariant)
         assert abs(desc["params"] - desc["sized_to"]) / desc["sized_to"] < 0.15, desc
+        kinds = [type(m) for m in model.layers]
+        assert kinds.count(ChannelDropout) == 3 and all(m.p == 0.1 for m in model.layers if type(m) is ChannelDropout)
+        assert ChannelLayerNorm not in kinds and NeuronLayerNorm not in kinds
+
+
+@pytest.mark.parametrize("norm", ["simple", "param"])
+def test_the_layer_norms_add_few_parameters_and_bad_names_are_refused(norm):
+    widths = (2, 32, 32, 1)
+    plain, normed = NFNInvariant(widths, 10, mode="hnp"), NFNInvariant(widths, 10, mode="hnp", norm=norm)
+    extra = sum(p.numel() for p in normed.parameters()) - sum(p.numel() for p in plain.parameters())
+    assert 0 < extra < 0.01 * sum(p.numel() for p in plain.parameters())
+    with pytest.raises(ValueError, match="norm must be"):
+        NFNInvariant(widths, 10, norm="batch")
+
+
+def randomize_affine(norm: torch.nn.Module) -> torch.nn.Module:
+    """Affine parameters away from their (1, 0) init, so that per-neuron parameters would show."""
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.normal_()
+    return norm.double()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_channel_layer_norm_is_equivariant_to_every_neuron_permutation(seed):
+    gen = torch.Generator().manual_seed(300 + seed)
+    widths = random_widths(gen)
+    c = int(torch.randint(2, 6, (1,), generator=gen))
+    norm = randomize_affine(ChannelLayerNorm(len(widths) - 1, c))
+    x = random_space(widths, 3, c, gen)
+    perms = group_element(widths, gen, inputs=True, outputs=True)  # NP's group: input and output neurons too
+    assert close(norm(act(x, perms)), act(norm(x), perms))
+    # it normalizes: with the (1, 0) affine init every entry has mean 0 over its channels
+    fresh = ChannelLayerNorm(len(widths) - 1, c).double()(x)
+    assert all(t.mean(dim=-1).abs().max() < 1e-10 for t in fresh.weights + fresh.biases)
+    assert not close(norm(x), x)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_neuron_layer_norm_is_equivariant_to_hidden_permutations_only(seed):
+    gen = torch.Generator().manual_seed(400 + seed)
+    widths = random_widths(gen)
+    c = int(torch.randint(1, 5, (1,), generator=gen))
+    norm = randomize_affine(NeuronLayerNorm(widths, c))
+    x = random_space(widths, 3, c, gen)
+    perms = group_element(widths, gen)
+    assert close(norm(act(x, perms)), act(norm(x), perms))
+    # W_1's rows are normalized over inputs and channels together: with the (1, 0) init each row has mean 0
+    fresh = NeuronLayerNorm(widths, c).double()(x)
+    assert fresh.weights[0].mean(dim=(2, 3)).abs().max() < 1e-10
+    # control: its per-input / per-output affine parameters tell those neurons apart
+    for end in (0, -1):
+        perms = [torch.arange(d) for d in widths]
+        perms[end] = derange(widths[end], gen)
+        assert not close(norm(act(x, perms)), act(norm(x), perms)), f"neurons of layer {end} permuted"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_channel_dropout_drops_whole_weight_channels_so_one_draw_commutes_with_permutations(seed):
+    gen = torch.Generator().manual_seed(500 + seed)
+    widths = random_widths(gen)
+    x = random_space(widths, 8, 16, gen).map(lambda t: t.abs() + 1)  # no zeros of its own
+    drop = ChannelDropout(0.5).train()
+    perms = group_element(widths, gen, inputs=True, outputs=True)
+    torch.manual_seed(seed)
+    dropped = drop(x)
+    torch.manual_seed(seed)  # the same draw: weight masks are per (network, channel), not per neuron
+    for a, b in zip(drop(act(x, perms)).weights, act(dropped, perms).weights):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for w_in, w_out in zip(x.weights, dropped.weights):
+        kept = w_out != 0
+        assert (kept == kept[:, :1, :1]).all(), "a weight channel is dropped whole or kept whole"
+        assert 0 < kept[:, 0, 0].float().mean() < 1
+        torch.testing.assert_close(w_out[kept], 2 * w_in[kept])  # kept entries scaled by 1 / (1 - p)
+    # biases: elementwise, as in the reference code (nn.Dropout): some entry of some channel differs
+    zeros = torch.cat([b.flatten() == 0 for b in dropped.biases])
+    assert 0 < zeros.float().mean() < 1
+    # eval mode: the identity
+    assert close(drop.eval()(x), x)
 
 
 def test_adapt_is_refused_in_one_line(tiny_store):

@@ -1,4 +1,5 @@
-"""Invariant NFNs: encodings, NF layers with ReLU between them, the invariant pooling and an MLP head.
+"""Invariant NFNs: encodings, NF layers (each followed by an optional layer norm, ReLU and channel
+dropout), the invariant pooling and an MLP head.
 
 ``NFNInvariant(widths, out, mode="np")`` is ``nfn-np``, ``mode="hnp"`` is ``nfn-hnp`` (the reference
 code's ``InvariantNFN`` with ``mode=NP`` + ``IOSinusoidalEncoding`` or ``mode=HNP``, Gaussian Fourier
@@ -14,8 +15,10 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from dws.nfn.dropout import ChannelDropout
 from dws.nfn.encoding import FourierFeatures, IOPositionEncoding
 from dws.nfn.hnp_layer import HNPLayer
+from dws.nfn.norm import NFN_NORMS
 from dws.nfn.np_layer import NPLayer
 from dws.nfn.pooling import HNPPool, MLPHead, pooled_size
 from dws.weightspace import WeightSpace
@@ -24,7 +27,7 @@ NFN_MODES = {"np": NPLayer, "hnp": HNPLayer}
 
 
 class Pointwise(nn.Module):
-    """An elementwise module (ReLU, dropout) applied to every tensor of a weight space."""
+    """An elementwise module (ReLU) applied to every tensor of a weight space."""
 
     def __init__(self, op: nn.Module):
         super().__init__()
@@ -49,16 +52,23 @@ class NFNInvariant(nn.Module):
         hidden_channels: channels of every NF layer (int) or one per layer; ``num_layers`` layers (3).
         fourier_features: Fourier frequencies of the input encoding (0: raw values, ``in_channels``).
         head_hidden: width of the MLP head's two hidden layers.
-        dropout: after every NF layer's ReLU and in the head.
+        dropout: in the head (the code's ``head_cls.dropout``; 0.1 on MNIST).
+        channel_dropout: :class:`~dws.nfn.dropout.ChannelDropout` after every NF layer's ReLU (the
+            code's ``feature_dropout``: 0.1 in its MNIST configs, the default here).
+        norm: ``None`` (the code's INR classifiers), ``"simple"`` or ``"param"``
+            (:mod:`dws.nfn.norm`), between every NF layer and its ReLU.
     """
 
     def __init__(self, widths: Sequence[int], out_features: int, mode: str = "np",
                  hidden_channels: int | Sequence[int] = 64, num_layers: int = 3, fourier_features: int = 16,
                  fourier_scale: float = 3.0, head_hidden: int = 128, dropout: float = 0.0,
-                 io_max_freq: float = 3.0, io_bands: int = 3, in_channels: int = 1):
+                 channel_dropout: float = 0.1, norm: str | None = None, io_max_freq: float = 3.0,
+                 io_bands: int = 3, in_channels: int = 1):
         super().__init__()
         if mode not in NFN_MODES:
             raise ValueError(f"mode must be one of {', '.join(NFN_MODES)}, got {mode!r}")
+        if norm is not None and norm not in NFN_NORMS:
+            raise ValueError(f"norm must be None or one of {', '.join(NFN_NORMS)}, got {norm!r}")
         self.widths, self.mode = tuple(int(d) for d in widths), mode
         if len(self.widths) < 3:
             raise ValueError(f"NFNs need networks with a hidden layer, got widths {self.widths}")
@@ -73,9 +83,12 @@ class NFNInvariant(nn.Module):
             c += encode[-1].channels
         layers: list[nn.Module] = []
         for c_out in channels:
-            layers += [NFN_MODES[mode](self.widths, c, c_out), Pointwise(nn.ReLU())]
-            if dropout > 0:
-                layers.append(Pointwise(nn.Dropout(dropout)))
+            layers.append(NFN_MODES[mode](self.widths, c, c_out))
+            if norm is not None:
+                layers.append(NFN_NORMS[norm](self.widths, c_out))
+            layers.append(Pointwise(nn.ReLU()))
+            if channel_dropout > 0:
+                layers.append(ChannelDropout(channel_dropout))
             c = c_out
         self.encode = nn.Sequential(*encode)
         self.layers = nn.Sequential(*layers)
