@@ -292,3 +292,36 @@ def test_a_finished_run_saved_before_newer_options_is_reused_with_the_values_it_
     assert finished_run(replace(opts, normalize=None)) is None  # orbit, dwsnet's default
     assert finished_run(replace(opts, normalize="orbit")) is None
     assert finished_run(replace(opts, max_memory=opts.max_memory // 2 if opts.max_memory else 1 << 30)) is None
+
+
+def test_a_model_whose_code_version_moved_is_neither_resumed_nor_reused(tiny_store, tmp_path, monkeypatch):
+    """dws.tasks.options.MODEL_VERSIONS: a finished run of the model's older code is not reused by the
+    pipelines, an unfinished one is refused on resume in one message naming the version (its checkpoints
+    kept), and a run begun at the new version resumes as any other."""
+    from dws.tasks.checkpoint import CHECKPOINTS
+    from dws.tasks.options import MODEL_VERSIONS
+    from dws.tasks.rundir import evaluate_run, finished_run
+
+    opts = TrainOptions(store=str(tiny_store), out=str(tmp_path / "done"), epochs=1, lr=1e-3, batch_size=16,
+                        hidden_channels=4, num_layers=1, progress=False)
+    train_run(opts, log=lambda *_: None)
+    assert json.loads((tmp_path / "done" / "config.json").read_text())["model_version"] == 1
+    assert finished_run(opts) is not None
+    assert "note" not in evaluate_run(tmp_path / "done", tiny_store)
+    unfinished = replace(opts, out=str(tmp_path / "unfinished"), epochs=2)
+    interrupted(unfinished, monkeypatch, 1)  # at version 1
+    again = replace(opts, out=str(tmp_path / "again"), epochs=2)
+    MODEL_VERSIONS["dwsnet"] = 2
+    try:
+        assert finished_run(opts) is None
+        assert "trained as dwsnet version 1, rebuilt as version 2" in evaluate_run(tmp_path / "done", tiny_store)["note"]
+        with pytest.raises(CheckpointError, match="--model version: unfinished run None, now 2"):
+            train_run(unfinished, log=lambda *_: None)
+        assert list((tmp_path / "unfinished" / CHECKPOINTS).glob("*.pt"))  # nothing lost
+        interrupted(again, monkeypatch, 1)  # at version 2
+        lines = []
+        train_run(again, log=lines.append)
+        assert "resuming lr 0.001, seed 0 after epoch 1 of 2" in lines
+        assert finished_run(again) is not None
+    finally:
+        del MODEL_VERSIONS["dwsnet"]

@@ -49,6 +49,19 @@ CLAIMED_SYMMETRY = {
     "scalegmn": "permutation+scale", "scalegmn-b": "permutation+scale",
     "mlp": None, "mlp-perm": None, "mlp-align": None, "inr2vec": None, "transformer": None, "stats": None,
 }
+# What each model computes, versioned: bumped when a code change makes the same options build another
+# function (a layer added, a default moved). A run of another version is neither resumed nor reused by
+# the pipelines (dws.tasks.prepare.resume_settings, dws.tasks.rundir.finished_run); 1 where absent, as
+# for every run saved before versions existed. History: nfn-* 2 (2026-11-27): the reference's channel
+# dropout after every layer.
+MODEL_VERSIONS = {"nfn-np": 2, "nfn-hnp": 2}
+
+
+def model_version(model: str) -> int:
+    """:data:`MODEL_VERSIONS`' entry of ``model``."""
+    return MODEL_VERSIONS.get(model, 1)
+
+
 # --normalize: per-entry statistics of the train split (DWSNets' code; the recorded numbers), or those
 # statistics pooled over the claimed symmetry's orbits, so normalization commutes with it
 NORMALIZATIONS = ("entry", "orbit")

@@ -32,7 +32,8 @@ from zoo.store import StoreError, WeightStore
 from .checkpoint import RESTART, CheckpointError, RunCheckpoints
 from .models import build_model, training_store
 from .objectives import Task, get_task
-from .options import ACTIVATION_PEAK, CLAIMED_SYMMETRY, TrainOptions, default_run_dir, with_task_defaults
+from .options import (ACTIVATION_PEAK, CLAIMED_SYMMETRY, TrainOptions, default_run_dir, model_version,
+                      with_task_defaults)
 
 
 class FirstBatches:
@@ -174,13 +175,20 @@ def option_flag(name: str) -> str:
 LIMIT_SETTING = "--train-limit selects"
 
 
+# the model's code version (dws.tasks.options.MODEL_VERSIONS), recorded from version 2 on
+VERSION_SETTING = "--model version"
+
+
 def resume_settings(opts: TrainOptions, store: WeightStore) -> dict:
     """What an unfinished run and its rerun must agree on: the options by flag, and which store (and
-    with ``--train-limit``, which networks it selects: :data:`LIMIT_SETTING`)."""
+    with ``--train-limit``, which networks it selects: :data:`LIMIT_SETTING`; from version 2 on, the
+    model's code version: :data:`VERSION_SETTING`)."""
     settings = {option_flag(name): value for name, value in asdict(opts).items()
                 if name not in SPEED_ONLY and name != "store"}
     if opts.train_limit is not None:
         settings[LIMIT_SETTING] = LIMIT_SELECTION
+    if model_version(opts.model) > 1:  # absent at version 1, as in every run saved before versions existed
+        settings[VERSION_SETTING] = model_version(opts.model)
     return {"STORE": str(store.root.resolve()), "STORE created": store.manifest.get("created"), **settings}
 
 
