@@ -314,7 +314,8 @@ def test_a_model_whose_code_version_moved_is_neither_resumed_nor_reused(tiny_sto
     MODEL_VERSIONS["dwsnet"] = 2
     try:
         assert finished_run(opts) is None
-        assert "trained as dwsnet version 1, rebuilt as version 2" in evaluate_run(tmp_path / "done", tiny_store)["note"]
+        note = evaluate_run(tmp_path / "done", tiny_store)["note"]
+        assert "trained as dwsnet version 1, rebuilt as version 2" in note
         with pytest.raises(CheckpointError, match="--model version: unfinished run None, now 2"):
             train_run(unfinished, log=lambda *_: None)
         assert list((tmp_path / "unfinished" / CHECKPOINTS).glob("*.pt"))  # nothing lost
