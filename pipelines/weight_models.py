@@ -61,7 +61,7 @@ import numpy as np
 
 from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, Checkpoint
 from dws.tasks.options import (ADAPT_MODELS, DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, NG_MODELS,
-                               TrainOptions, model_defaults, with_task_defaults)
+                               TrainOptions, model_defaults, model_version, with_task_defaults)
 from dws.tasks.prepare import SPEED_ONLY, option_flag
 from dws.tasks.protocol import PAPER_LRS
 from dws.tasks.rundir import finished_run
@@ -344,12 +344,25 @@ def epochs_done(run_dir: Path) -> int:
     return done
 
 
-def refuse_other_finished(opts: TrainOptions) -> None:
-    """zoo train would train a run directory over a finished run of other settings; the table never does."""
+def refuse_other_finished(opts: TrainOptions, log=print) -> None:
+    """zoo train would train a run directory over a finished run of other settings; the table never does.
+    A finished run of the model's older code (dws.tasks.options.MODEL_VERSIONS) is another cell: it is
+    moved aside to ``RUN.model-vN`` (kept, said in one line) and the cell trains anew."""
     config_file = Path(opts.out) / "config.json"
     if not (Path(opts.out) / "metrics.json").is_file() or not config_file.is_file():
         return
-    saved = json.loads(config_file.read_text()).get("options", {})  # resolved, as zoo train trained
+    config = json.loads(config_file.read_text())
+    trained = config.get("model_version", 1)
+    if trained != model_version(opts.model):
+        aside = Path(opts.out).with_name(f"{Path(opts.out).name}.model-v{trained}")
+        if aside.exists():
+            raise ValueError(f"{opts.out} holds a finished run of {opts.model} version {trained}, and {aside} "
+                             f"exists: move one of them away")
+        Path(opts.out).rename(aside)
+        log(f"{opts.model}: the finished run in {opts.out} is of model version {trained} (now "
+            f"{model_version(opts.model)}): moved to {aside}; training the cell anew")
+        return
+    saved = config.get("options", {})  # resolved, as zoo train trained
     asked = asdict(with_task_defaults(opts))
     differ = [option_flag(k) for k in asked if k not in SPEED_ONLY and k != "store" and saved.get(k) != asked[k]]
     why = f"other {', '.join(differ)}" if differ else "another store or zoo train version"
@@ -546,7 +559,7 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
         if cells[model]["status"] == DONE:
             log(f"{model}: reusing the finished run in {opts.out}")
             continue
-        refuse_other_finished(opts)
+        refuse_other_finished(opts, log)
         before = cells[model]["wall_seconds"] or 0.0
         cells[model] = record(model, before, running=True)
         table()

@@ -379,3 +379,24 @@ def test_full_cells_of_the_neural_graphs_train_compiled():
         assert opts.compile and "--compile" in train_command(opts)
         assert not cell_options(SCALES["ci"], Path("/s/ci-mnist-inr"), Path("/o"), model, None).compile
     assert not cell_options(SCALES["full"], Path("/s/full-mnist-inr"), Path("/o"), "scalegmn", 1e-3).compile
+
+
+def test_a_finished_cell_of_older_model_code_is_moved_aside_and_trained_anew(stores, tmp_path, monkeypatch):
+    """A model version bump (dws.tasks.options.MODEL_VERSIONS) makes its finished cell another cell: the
+    old run directory is kept beside it as RUN.model-vN, said in one line; the other cells are reused."""
+    from dws.tasks.options import MODEL_VERSIONS
+
+    out = tmp_path / "smoke"
+    monkeypatch.setitem(weight_models.SCALES, "smoke", one_epoch())
+    weight_models.run("smoke", out, 1, MODELS, log=QUIET, stores=stores)
+    first = cells(out)
+    monkeypatch.setitem(MODEL_VERSIONS, "dwsnet", 2)
+    lines = []
+    weight_models.run("smoke", out, 1, MODELS, log=lines.append, stores=stores)
+    run_dir = Path(first["dwsnet"]["run_dir"])
+    aside = run_dir.with_name(run_dir.name + ".model-v1")
+    assert any(f"moved to {aside}" in line for line in lines)
+    assert sum("reusing the finished run" in line for line in lines) == 1  # mlp's
+    assert (aside / "metrics.json").is_file() and (run_dir / "metrics.json").is_file()
+    assert json.loads((run_dir / "config.json").read_text())["model_version"] == 2
+    assert cells(out)["dwsnet"]["status"] == "done" and cells(out)["mlp"] == first["mlp"]
