@@ -1,8 +1,10 @@
 """Pointwise encodings applied before the first NF layer (the reference code's INR-classification setup).
 
 * :class:`FourierFeatures`: random Fourier features of every weight value, ``[sin(2 pi x B), cos(2 pi x B)]``
-  with a fixed Gaussian ``B`` (``GaussianFourierFeatureTransform``; MNIST: scale 3). Acts entry by
-  entry, so it commutes with every permutation.
+  with a fixed Gaussian ``B`` (``GaussianFourierFeatureTransform``; MNIST: scale 3, on *raw* SIREN
+  weights: :data:`NFN_REFERENCE_SCALE`). Acts entry by entry, so it commutes with every permutation.
+  Its frequencies are relative to its inputs' units: on weights standardized by ``s``, scale ``S * s``
+  is scale ``S`` on the raw ones (``dws.tasks.models.nfn_fourier_scale``).
 * :class:`IOPositionEncoding`: NP's positional features. An NP layer is equivariant to permutations of
   the input and output neurons too, which an MLP does not have; appending, as channels, a sinusoidal
   code of each input neuron's index along ``W_1``'s columns and of each output neuron's index along
@@ -20,6 +22,10 @@ from torch import nn
 from dws.weightspace import WeightSpace
 
 Tensor = torch.Tensor
+
+# the NFN code's Fourier scale for MNIST INRs (classify_siren_configs/nfnet/inv_ff_mnist.yaml), which it
+# applies to raw SIREN weights (inv_ff.yaml: normalize: false); docs/dws.md, NFN "Inputs"
+NFN_REFERENCE_SCALE = 3.0
 
 
 class FourierFeatures(nn.Module):

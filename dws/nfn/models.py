@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from dws.nfn.dropout import ChannelDropout
-from dws.nfn.encoding import FourierFeatures, IOPositionEncoding
+from dws.nfn.encoding import NFN_REFERENCE_SCALE, FourierFeatures, IOPositionEncoding
 from dws.nfn.hnp_layer import HNPLayer
 from dws.nfn.norm import NFN_NORMS
 from dws.nfn.np_layer import NPLayer
@@ -61,7 +61,7 @@ class NFNInvariant(nn.Module):
 
     def __init__(self, widths: Sequence[int], out_features: int, mode: str = "np",
                  hidden_channels: int | Sequence[int] = 64, num_layers: int = 3, fourier_features: int = 16,
-                 fourier_scale: float = 3.0, head_hidden: int = 128, dropout: float = 0.0,
+                 fourier_scale: float = NFN_REFERENCE_SCALE, head_hidden: int = 128, dropout: float = 0.0,
                  channel_dropout: float = 0.1, norm: str | None = None, io_max_freq: float = 3.0,
                  io_bands: int = 3, in_channels: int = 1):
         super().__init__()

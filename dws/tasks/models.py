@@ -22,6 +22,7 @@ A model may define two methods (both or neither); task code calls them through
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -31,6 +32,7 @@ from torch import nn
 from dws.baselines import build_baseline, count_params
 from dws.baselines.sizing import size_to_params
 from dws.nfn import NFNInvariant
+from dws.nfn.encoding import NFN_REFERENCE_SCALE
 from dws.nfn.models import paper_ratios
 from dws.ng import PAPER_NG_WIDTH, NGGNN, NGTransformer, gnn_ratios, transformer_ratios
 from dws.nn import DWSNetEquivariant, DWSNetInvariant
@@ -59,11 +61,32 @@ def paper_width(paper: int, hidden_channels: int, multiple_of: int = 1) -> int:
     return max(multiple_of, width)
 
 
+def weight_spread(stats: dict) -> float:
+    """The weights' typical std: the root mean square of the per-entry stds of ``{name: (mean, std)}``
+    (``WeightStore.stats()``, the train split's) over every parameter; what standardizing divides a
+    typical weight by (0.030 on the ci MNIST INR store)."""
+    stds = [torch.as_tensor(std, dtype=torch.float64).flatten() for _, std in stats.values()]
+    return math.sqrt(torch.cat(stds).square().mean().item())
+
+
+def nfn_fourier_scale(weight_std: float | None) -> float:
+    """The NFNs' Fourier scale on their inputs. The reference code's (``S``, :data:`NFN_REFERENCE_SCALE`)
+    acts on raw SIREN weights ``w``; on ``x = (w - m) / s``, ``sin(2 pi S s b x)`` is ``sin(2 pi S b (w - m))``,
+    so the loader's typical divisor ``weight_std`` multiplies it (docs/dws.md, NFN "Inputs"). None: the
+    inputs are raw weights, the reference's scale as is."""
+    if weight_std is None:
+        return NFN_REFERENCE_SCALE
+    if not (math.isfinite(weight_std) and weight_std > 0):
+        raise ValueError(f"weight_std must be a positive number (the weights' typical std), got {weight_std!r}")
+    return NFN_REFERENCE_SCALE * weight_std
+
+
 def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_channels: int = 48,
                 num_layers: int = 4, dropout: float = 0.0, bn: bool = True, blocks: str = "all",
                 pool: str = "max", input_reduction: int | None = None, equivariant: bool = False,
                 target_scale: Sequence[Sequence[float]] | None = None, params_rtol: float = 0.15,
-                backend: str = "auto", activation: str | None = None) -> tuple[nn.Module, dict]:
+                backend: str = "auto", activation: str | None = None,
+                weight_std: float | None = None) -> tuple[nn.Module, dict]:
     """The model and a description (name, parameter count, DWSNet count it was sized to); the DWSNet
     runs on ``backend`` (:func:`dws.nn.fast.accelerate`: same function, different speed).
 
@@ -72,6 +95,9 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
     output is a residual weight space (``--task adapt``). ``target_scale`` (``[means, stds]``, one per
     output): the model's outputs are read as standardized targets (:class:`TargetScale`). ``activation``:
     the networks' (the store manifest's), which ScaleGMN's symmetry follows; the other models ignore it.
+    ``weight_std``: the typical std the loader divided the weights by (:func:`weight_spread`; None: raw
+    weights), which the NFNs' Fourier scale follows (:func:`nfn_fourier_scale`); the other models ignore it
+    (the neural graphs' reference scales already act on standardized weights).
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
@@ -95,16 +121,16 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
     if name == "dwsnet":
         model, desc = accelerate(dwsnet(), backend), {"model": name, "params": target}
     elif name in NFN_MODELS:  # the reference classifier's proportions, its channels sized to the DWSNet
-        mode = name.removeprefix("nfn-")
+        mode, fourier_scale = name.removeprefix("nfn-"), nfn_fourier_scale(weight_std)
         try:
             model, params = size_to_params(
                 lambda channels: NFNInvariant(widths, out_features, mode=mode, dropout=dropout,
-                                              **paper_ratios(channels)),
+                                              fourier_scale=fourier_scale, **paper_ratios(channels)),
                 target, width_arg="channels", hi=1024, rtol=params_rtol)
         except ValueError as err:  # HNP's first layer grows with d_0^2: wide inputs rule out a DWSNet's size
             raise ValueError(f"--model {name} cannot be sized to the DWSNet's {target:,} parameters for "
                              f"{'-'.join(map(str, widths))} networks: {err}") from err
-        desc = {"model": name, "params": params, "sized_to": target}
+        desc = {"model": name, "params": params, "sized_to": target, "fourier_scale": fourier_scale}
     elif name in NG_MODELS:  # the reference INR classifiers' width 32 at the DWSNet's default channels, in proportion
         width = paper_width(PAPER_NG_WIDTH, hidden_channels, multiple_of=2)
         ratios = gnn_ratios if name == "ng-gnn" else transformer_ratios

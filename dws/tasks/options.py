@@ -53,7 +53,7 @@ CLAIMED_SYMMETRY = {
 # function (a layer added, a default moved). A run of another version is neither resumed nor reused by
 # the pipelines (dws.tasks.prepare.resume_settings, dws.tasks.rundir.finished_run); 1 where absent, as
 # for every run saved before versions existed. History: nfn-* 2 (2026-11-27): the reference's channel
-# dropout after every layer.
+# dropout after every layer, and its Fourier scale matched to standardized inputs (weight_std).
 MODEL_VERSIONS = {"nfn-np": 2, "nfn-hnp": 2}
 
 

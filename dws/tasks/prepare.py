@@ -30,7 +30,7 @@ from zoo.options import DEFAULT_MAX_MEMORY, MIN_SELECTION_NETWORKS, MIN_SELECTIO
 from zoo.store import StoreError, WeightStore
 
 from .checkpoint import RESTART, CheckpointError, RunCheckpoints
-from .models import build_model, training_store
+from .models import build_model, training_store, weight_spread
 from .objectives import Task, get_task
 from .options import (ACTIVATION_PEAK, CLAIMED_SYMMETRY, TrainOptions, default_run_dir, model_version,
                       with_task_defaults)
@@ -278,6 +278,8 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
                         activation=store.manifest["architecture"].get("activation"))  # ScaleGMN's symmetry follows it
     if task.outputs_weights:
         model_kwargs["equivariant"] = True
+    else:  # the loaders standardize (below): what they divide a typical weight by (the NFNs' Fourier scale)
+        model_kwargs["weight_std"] = weight_spread(store.stats())
     scale = task.target_scale(store, *ranges["train"], subset) if opts.standardize_target else None
     if scale is not None:
         model_kwargs["target_scale"] = scale
