@@ -276,10 +276,12 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     model_kwargs = dict(hidden_channels=opts.hidden_channels, num_layers=opts.num_layers, dropout=opts.dropout,
                         bn=opts.bn, blocks=opts.blocks, pool=opts.pool, input_reduction=opts.input_reduction,
                         activation=store.manifest["architecture"].get("activation"))  # ScaleGMN's symmetry follows it
+    # the train split's per-entry statistics, read once: the NFNs' Fourier scale and the normalization (below)
+    stats = None if task.outputs_weights else store.stats()
     if task.outputs_weights:
         model_kwargs["equivariant"] = True
     else:  # the loaders standardize (below): what they divide a typical weight by (the NFNs' Fourier scale)
-        model_kwargs["weight_std"] = weight_spread(store.stats())
+        model_kwargs["weight_std"] = weight_spread(stats)
     scale = task.target_scale(store, *ranges["train"], subset) if opts.standardize_target else None
     if scale is not None:
         model_kwargs["target_scale"] = scale
@@ -318,6 +320,6 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
     augment = default_augmentation(store) if opts.augment and not task.outputs_weights else None
     # a residual-weight model (adapt) takes raw networks
     statistics = None if task.outputs_weights else normalization_statistics(
-        data_store.stats(), opts.normalize, CLAIMED_SYMMETRY.get(opts.model))
+        stats if data_store is store else data_store.stats(), opts.normalize, CLAIMED_SYMMETRY.get(opts.model))
     return PreparedRun(opts, store, task, run_dir, num_classes, out_features, model_kwargs, data_store,
                        device, augment, checkpoints, statistics, memory)
