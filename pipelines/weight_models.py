@@ -396,21 +396,22 @@ def results_path(out: Path, column: str) -> Path:
     return out / f"results-{column}.json"
 
 
-def read_cells(path: Path) -> dict:
+def read_results(path: Path) -> dict:
+    """A results file as written by :func:`write_table`; {} where there is none yet (or it is unreadable)."""
     try:
-        return json.loads(path.read_text())["cells"]
-    except (OSError, ValueError, KeyError):
-        return {}
-
-
-def other_cells(path: Path, store: Path, models) -> dict:
-    """The cells of the results file at ``path`` of models other than ``models``, where the file is of the same
-    zoo: a run of some models (``--models``) keeps the column's other cells as they are, in the file and the
-    report, so that a later scale still finds their lrs."""
-    try:
-        saved = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def read_cells(path: Path) -> dict:
+    return read_results(path).get("cells", {})
+
+
+def other_cells(saved: dict, store: Path, models) -> dict:
+    """The cells of the results ``saved`` (:func:`read_results`) of models other than ``models``, where they
+    are of the same zoo: a run of some models (``--models``) keeps the column's other cells as they are, in
+    the file and the report, so that a later scale still finds their lrs."""
     if saved.get("store") != str(store):
         return {}
     return {m: cell for m, cell in saved.get("cells", {}).items() if m not in models}
@@ -538,8 +539,8 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     given = store
     store = existing_store(given, column, protocol) if given is not None else \
         spec.make_store(protocol.store, stores / protocol.store, workers, data_root, log)
-    previous = read_cells(results_path(out, column))
-    kept = other_cells(results_path(out, column), store, models)
+    saved = read_results(results_path(out, column))
+    previous, kept = saved.get("cells", {}), other_cells(saved, store, models)
     options = {m: cell_options(protocol, store, out, m, chosen[m][0], spec.task) for m in models}
     commands = {m: pipeline_command(scale_name, column, [m], out.parent, stores, {m: lrs[m]} if m in lrs else {},
                                     given) for m in models}
