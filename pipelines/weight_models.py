@@ -384,6 +384,7 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
         metrics = {k: done[k] for k in ("lr", "lr_search", "params", "seconds")}
         val = float(np.mean([seed[spec.selection] for seed in done["val"]]))
         return {**record, **metrics, "status": DONE, "epochs_done": record["epochs_planned"],
+                "model_version": model_version(opts.model),
                 f"val_{spec.selection}": val, **{m.key: m.read(done) for m in spec.metrics},
                 "wall_seconds": sum(done["seconds"]) if wall_seconds is None else wall_seconds}
     done_epochs = epochs_done(Path(opts.out))
@@ -408,6 +409,18 @@ def read_cells(path: Path) -> dict:
     return read_results(path).get("cells", {})
 
 
+def superseded(cell: dict) -> bool:
+    """A finished cell of the model's older code (dws.tasks.options.MODEL_VERSIONS; cells recorded before
+    versions were: 1): another function than the model computes now, so neither its metrics nor its lr
+    stand for the model until its column runs again (which moves the run aside and trains it anew)."""
+    return cell.get("status") == DONE and cell.get("model_version", 1) != model_version(cell["model"])
+
+
+def superseded_note(cell: dict) -> str:
+    return (f"superseded: model version {cell.get('model_version', 1)}, now {model_version(cell['model'])} "
+            f"(rerun the column)")
+
+
 def other_cells(saved: dict, store: Path, models) -> dict:
     """The cells of the results ``saved`` (:func:`read_results`) of models other than ``models``, where they
     are of the same zoo: a run of some models (``--models``) keeps the column's other cells as they are, in
@@ -423,10 +436,13 @@ def chosen_lrs(protocol: Protocol, out: Path, column: str, models, given: dict, 
     if protocol.lr_from is None:
         return {m: (given[m], "--lr") if m in given else (None, "val") for m in models}
     cells = read_cells(results_path(out.parent / protocol.lr_from, column))
-    missing = [m for m in models if m not in given and cells.get(m, {}).get("status") != DONE]
+    missing = [m for m in models if m not in given
+               and (cells.get(m, {}).get("status") != DONE or superseded(cells[m]))]
     if missing:
         first = pipeline_command(protocol.lr_from, column, missing, out.parent, stores, {})
-        raise ValueError(f"no learning rate chosen at {protocol.lr_from} scale for {', '.join(missing)}: run "
+        named = ", ".join(f"{m} (its cell there is of model version {cells[m].get('model_version', 1)}, now "
+                          f"{model_version(m)})" if m in cells and superseded(cells[m]) else m for m in missing)
+        raise ValueError(f"no learning rate chosen at {protocol.lr_from} scale for {named}: run "
                          f"`{first}` first, or pass --lr MODEL=LR")
     return {m: (given[m], "--lr") if m in given else (cells[m]["lr"], f"{cells[m]['lr_from']} at {protocol.lr_from}")
             for m in models}
@@ -493,6 +509,8 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
         return "— (invariant model)"
     if cell is None or cell["status"] == NOT_RUN:
         return NOT_RUN
+    if superseded(cell):
+        return superseded_note(cell)
     if cell["status"] == DONE:
         return metric.show(cell[metric.key])
     if cell["status"] == REFUSED:

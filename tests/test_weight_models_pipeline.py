@@ -400,3 +400,29 @@ def test_a_finished_cell_of_older_model_code_is_moved_aside_and_trained_anew(sto
     assert (aside / "metrics.json").is_file() and (run_dir / "metrics.json").is_file()
     assert json.loads((run_dir / "config.json").read_text())["model_version"] == 2
     assert cells(out)["dwsnet"]["status"] == "done" and cells(out)["mlp"] == first["mlp"]
+
+
+def test_a_cell_of_older_model_code_is_neither_shown_nor_used_for_its_lr(stores, tmp_path, monkeypatch):
+    """Until its column runs again, a finished cell of a model whose code has moved on (a version bump) is
+    shown as superseded in the summary, and the full scale refuses to take its lr, naming why; cells
+    recorded before versions were (no ``model_version``) count as version 1."""
+    from dws.tasks.options import MODEL_VERSIONS
+
+    monkeypatch.setitem(weight_models.SCALES, "smoke", one_epoch())
+    weight_models.run("smoke", tmp_path / "smoke", 1, MODELS, log=QUIET, stores=stores)
+    assert all(cell["model_version"] == 1 for cell in cells(tmp_path / "smoke").values())
+    metric = weight_models.COLUMNS["mnist"].metrics[0]
+    cell = cells(tmp_path / "smoke")["dwsnet"]
+    assert weight_models.summary_cell("mnist", cell, "dwsnet", metric) == metric.show(cell[metric.key])
+    monkeypatch.setitem(MODEL_VERSIONS, "dwsnet", 2)
+    for recorded in (cell, {k: v for k, v in cell.items() if k != "model_version"}):
+        assert weight_models.summary_cell("mnist", recorded, "dwsnet", metric) == \
+            "superseded: model version 1, now 2 (rerun the column)"
+    mlp = weight_models.summary_cell("mnist", cells(tmp_path / "smoke")["mlp"], "mlp", metric)
+    assert not mlp.startswith("superseded")
+
+    monkeypatch.setitem(weight_models.SCALES, "smoke-full", Protocol(
+        "smoke", dict(epochs=1, seeds=1, batch_size=8, hidden_channels=4), lr_from="smoke", progress=False))
+    with pytest.raises(ValueError, match=r"no learning rate chosen at smoke scale for dwsnet \(its cell there is "
+                                         r"of model version 1, now 2\): run .*--models dwsnet"):
+        weight_models.run("smoke-full", tmp_path / "smoke-full", 1, MODELS, log=QUIET, stores=stores)
