@@ -6,6 +6,7 @@
     python benchmarks/weight_models.py --widths 2,32,32,1 --hidden-channels 48 --input-reduction 0 --batch 64 \
         --models dwsnet,nfn-np,nfn-hnp,ng-gnn,ng-transformer,scalegmn,scalegmn-b   # the MNIST INR models
     python benchmarks/weight_models.py --device cuda ...     # the same table on a GPU (each step synchronized)
+    python benchmarks/weight_models.py --compile ...         # each step also through torch.compile (zoo train --compile)
 
 Each model is built as ``zoo train`` builds it (``dws.tasks.models.build_model``: the DWSNet with
 ``--input-reduction``, the baselines sized to its parameter count) and trained with AdamW on a
@@ -14,6 +15,13 @@ median wall time of ``--iters`` steps after two warm-ups, and the peak memory as
 process's max RSS over the setup (model, optimizer and input built; on a GPU, the growth of PyTorch's
 peak allocated memory over the same setup). The ratio column is each
 model's networks/s over the DWSNet's, measured in the same run.
+
+With ``--compile`` each worker, after its eager steps, wraps the same model as ``zoo train --compile``
+does (``dws.tasks.trainer.compiled``: ``torch.compile``) and times ``--iters`` more steps after two
+warm-ups; the first compiled step (compiling forward and backward) is printed, not counted. A second
+table gives each model's time as a multiple of the DWSNet's: eager over eager, compiled over the
+DWSNet's eager step and over its compiled one (the issue's "within 3x", read per model). A model
+whose step does not compile keeps its eager row, and the table says why.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dws.tasks.allocator import retain_freed_memory  # noqa: E402
 from dws.tasks.models import build_model  # noqa: E402
 from dws.tasks.options import MODELS  # noqa: E402
+from dws.tasks.trainer import compiled  # noqa: E402
 from dws.weightspace import WeightSpace  # noqa: E402
 from zoo.devices import resolve_device  # noqa: E402
 
@@ -64,20 +73,33 @@ def measure(args) -> dict:
     target = torch.rand(args.batch, 1).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
-    before = peak_memory_mb(device)
-    times = []
-    for i in range(args.iters + 2):
+
+    def step_time(step_model) -> float:
         t0 = time.perf_counter()
-        loss = torch.nn.functional.mse_loss(model(ws), target)
+        loss = torch.nn.functional.mse_loss(step_model(ws), target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if device != "cpu":
             torch.cuda.synchronize(device)
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    peak = peak_memory_mb(device) - before
-    return {"model": args.model, "params": desc["params"], "step_s": statistics.median(times), "peak_mb": peak}
+        return time.perf_counter() - t0
+
+    def median_step(step_model) -> float:
+        """The median of ``--iters`` steps after two warm-ups."""
+        return statistics.median([step_time(step_model) for _ in range(args.iters + 2)][2:])
+
+    before = peak_memory_mb(device)
+    row = {"model": args.model, "params": desc["params"], "step_s": median_step(model)}
+    row["peak_mb"] = peak_memory_mb(device) - before
+    if args.compile:  # the same model, optimizer and batch, the step as zoo train --compile runs it
+        try:
+            step_model = compiled(model, device)
+            row["compile_s"] = step_time(step_model)  # the first step compiles forward and backward
+            row["compiled_s"] = median_step(step_model)
+        except Exception as e:  # noqa: BLE001 -- inductor's many error types: the table says which, the eager row stays
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()][:2]  # inductor's: where, then what
+            row["compile_error"] = f"{type(e).__name__}: {' '.join(lines)[:300]}"
+    return row
 
 
 def main():
@@ -93,6 +115,8 @@ def main():
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    p.add_argument("--compile", action="store_true",
+                   help="also time each model's step through torch.compile (as zoo train --compile)")
     p.add_argument("--model", help=argparse.SUPPRESS)  # a worker process: measure this one model
     args = p.parse_args()
     try:
@@ -110,13 +134,16 @@ def main():
         cmd = [sys.executable, __file__, "--model", model, "--widths", ",".join(map(str, args.widths)),
                "--hidden-channels", str(args.hidden_channels), "--input-reduction", str(args.input_reduction),
                "--activation", args.activation, "--batch", str(args.batch), "--iters", str(args.iters), "--threads", str(args.threads),
-               "--device", args.device]
+               "--device", args.device] + (["--compile"] if args.compile else [])
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             print(f"{model}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
             continue
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(f"{model}: {rows[-1]['step_s']:.4f} s/step", file=sys.stderr, flush=True)  # kept if the run is cut
+        compiled_note = "" if not args.compile else (
+            f", compiled {rows[-1]['compiled_s']:.4f} s/step (compiling {rows[-1]['compile_s']:.0f} s)"
+            if "compiled_s" in rows[-1] else f", compiling failed ({rows[-1]['compile_error']})")
+        print(f"{model}: {rows[-1]['step_s']:.4f} s/step{compiled_note}", file=sys.stderr, flush=True)  # kept if cut
     base = next(r for r in rows if r["model"] == "dwsnet")
     where = f"{args.threads} CPU thread(s)" if args.device == "cpu" else torch.cuda.get_device_name(args.device)
     print(f"input networks {'-'.join(map(str, args.widths))}, batch {args.batch}, {where}, "
@@ -126,7 +153,27 @@ def main():
         rate = args.batch / r["step_s"]
         print(f"{r['model']:<12} {r['params']:>11,} {r['step_s']:>8.3f} {rate:>11.1f} "
               f"{rate / (args.batch / base['step_s']):>9.2f} {r['peak_mb']:>8.0f}")
+    if args.compile:
+        print_compiled(rows, base)
 
+
+def print_compiled(rows: list[dict], base: dict):
+    """Eager and compiled steps side by side, each as a multiple of the DWSNet's eager and compiled step."""
+    def cell(value: float | None, width: int, digits: int) -> str:
+        return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
+    print(f"\n{'model':<14} {'eager s':>8} {'compiled s':>10} {'speedup':>7} {'compiling s':>11} "
+          f"{'eager/D eager':>13} {'compiled/D eager':>16} {'compiled/D compiled':>19}")
+    base_compiled = base.get("compiled_s")
+    for r in rows:
+        eager, c = r["step_s"], r.get("compiled_s")
+        print(" ".join([f"{r['model']:<14}", cell(eager, 8, 3), cell(c, 10, 3), cell(c and eager / c, 7, 2),
+                        cell(r.get("compile_s"), 11, 0), cell(eager / base["step_s"], 13, 1),
+                        cell(c and c / base["step_s"], 16, 1), cell(c and base_compiled and c / base_compiled, 19, 1)]))
+    print("s: seconds per step; D: the DWSNet's step (the issue's goal: a model's time within 3x of it)")
+    for r in rows:
+        if "compile_error" in r:
+            print(f"{r['model']}: torch.compile failed: {r['compile_error']}")
 
 if __name__ == "__main__":
     main()

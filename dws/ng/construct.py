@@ -46,9 +46,13 @@ class GraphConstructor(nn.Module):
         nodes = [self.node(self.bias_features.encode(b)) + p
                  for b, p in zip((no_bias, *ws.biases), self.positions())]
         lifted = [self.weight_features.encode(w) for w in ws.weights]
-        forward = [self.forward_edge(f) for f in lifted]
-        backward = [self.backward_edge(f) for f in lifted] if self.bidirectional else None
-        return LayeredGraph(tuple(nodes), tuple(forward), None if backward is None else tuple(backward))
+        if not self.bidirectional:
+            return LayeredGraph(tuple(nodes), tuple(self.forward_edge(f) for f in lifted))
+        # both directions' maps as one product: the [B, d_{l+1}, d_l, 2 * fourier_features] lift is read once
+        both = (torch.cat([self.forward_edge.weight, self.backward_edge.weight]),
+                torch.cat([self.forward_edge.bias, self.backward_edge.bias]))
+        forward, backward = zip(*(nn.functional.linear(f, *both).chunk(2, dim=-1) for f in lifted))
+        return LayeredGraph(tuple(nodes), forward, backward)
 
     def zero_weight_edge(self, like: torch.Tensor) -> torch.Tensor:
         """``[E]``: the forward edge feature of a zero weight (what the reference code's dense graph holds

@@ -50,17 +50,19 @@ class RelationalAttention(nn.Module):
         """``[..., parts * hidden]`` -> ``parts`` tensors ``[..., heads, hidden / heads]``."""
         return t.unflatten(-1, (self.heads, -1)).chunk(parts, dim=-1)
 
-    def edge_maps(self) -> tuple[Tensor, Tensor]:
-        """``qkv_edge``'s rows split: those of ``Q``, ``K`` and ``M`` (``[3 * hidden, E]``, per head
-        ``[q, k, m]``), and ``V`` as ``[H, h, E]``, which is applied to pooled edges, not to every edge."""
+    def edge_maps(self) -> tuple[tuple[Tensor, Tensor, Tensor], Tensor]:
+        """``qkv_edge``'s rows split: ``Q``, ``K`` and ``M`` (``[hidden, E]`` each, head by head), each
+        applied to every edge as a product of its own (one ``[3 * hidden]`` product split in three cost a
+        copy of its whole gradient in the backward), and ``V`` as ``[H, h, E]``, which is applied to
+        pooled edges, not to every edge."""
         q, k, v, m = self.qkv_edge.weight.unflatten(0, (self.heads, 4, -1)).unbind(1)
-        return torch.stack([q, k, m], dim=1).flatten(0, 2), v
+        return (q.flatten(0, 1), k.flatten(0, 1), m.flatten(0, 1)), v
 
     def forward(self, graph: LayeredGraph, no_edge: Tensor) -> list[Tensor]:
         x, L = graph.nodes, len(graph.nodes) - 1
         q, k, v = zip(*(self.split(self.qkv_node(x_l), 3) for x_l in x))  # per layer [B, d_l, H, h]
         q0, k0, v0, m0 = self.split(self.qkv_edge(no_edge), 4)  # [H, h]
-        qkm, value = self.edge_maps()
+        edge_qkm, value = self.edge_maps()
         out = []
         for l in range(L + 1):
             others = [m for m in range(L + 1) if abs(m - l) != 1]
@@ -70,7 +72,7 @@ class RelationalAttention(nn.Module):
             neighbours = ([(l - 1, graph.backward[l - 1])] if l > 0 else []) + \
                          ([(l + 1, graph.forward[l].transpose(1, 2))] if l < L else [])
             for m, edges in neighbours:  # edges: [B, d_l, d_m, E], query l, key m
-                qe, ke, me = self.split(nn.functional.linear(edges, qkm), 3)
+                qe, ke, me = (nn.functional.linear(edges, w).unflatten(-1, (self.heads, -1)) for w in edge_qkm)
                 logits.append(torch.linalg.vecdot(q[l][:, :, None] + qe, k[m][:, None] + ke).permute(0, 3, 1, 2))
                 values.append(v[m][:, None] * me)  # [B, d_l, d_m, H, h]; its V e term is added below
             attention = torch.softmax(torch.cat(logits, dim=-1) * self.scale, dim=-1)

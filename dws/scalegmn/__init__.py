@@ -5,6 +5,8 @@ A room of its own beside :mod:`dws.nn` and :mod:`dws.nfn` (one idea per module; 
 
 * :mod:`dws.scalegmn.symmetry`: an activation's scaling symmetry (sign or positive scale) and the
   invariant maps that forget it (symmetrization ``rho(x) + rho(-x)``, normalization ``x / |x|``);
+* :mod:`dws.scalegmn.linear`: how the linear maps of edge features are computed (1x1 convolutions,
+  initial edges as a weight times a vector);
 * :mod:`dws.scalegmn.mlp`: the reference code's MLP;
 * :mod:`dws.scalegmn.equivariant`: scale-equivariant node and edge functions ``W x * g(inv(x))``;
 * :mod:`dws.scalegmn.graph`: weight spaces as dense per-layer neuron graphs, positional embeddings;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dws.scalegmn.linear import Linear
 from dws.scalegmn.mlp import MLP
 from dws.scalegmn.symmetry import invariant_map
 
@@ -25,7 +26,7 @@ class EquivariantMap(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, symmetry: str, hidden: int, d_extra: int = 0):
         super().__init__()
-        self.linear = nn.Linear(d_in, d_out, bias=False)
+        self.linear = Linear(d_in, d_out, bias=False)
         self.invariant = invariant_map(symmetry, d_in)
         self.gate_hidden = MLP(d_in, hidden, d_out, d_extra)
         self.gate_io = MLP(d_in, hidden, d_out, d_extra)
@@ -42,7 +43,7 @@ class EdgeUpdate(nn.Module):
 
     def __init__(self, d_node: int, d_edge: int, d_out: int, symmetry: str, hidden: int):
         super().__init__()
-        self.linear = nn.Linear(d_edge, d_out, bias=False)
+        self.linear = Linear(d_edge, d_out, bias=False)
         self.invariant = invariant_map(symmetry, d_node)
         self.gate = MLP(d_node, hidden, d_out, d_extra=d_node)
 

@@ -3,7 +3,9 @@
 ``nodes[l]`` is ``[B, n_l, d]`` (layer ``l = 0..L``) and ``edges[l]`` is ``[B, n_{l+1}, n_l, d]`` (the
 weight matrix ``W_{l+1}``, rows: the receiving neurons), the layout of :mod:`dws.weightspace`. A node's
 initial feature is its bias, an input neuron's is 1 (it has none); an edge's is its weight; both
-are projected to ``d`` channels by linear maps without bias, which keeps every scaling.
+are projected to ``d`` channels by linear maps without bias, which keeps every scaling. A weight of
+one channel times the projection's vector (and its embedding) stays in that form,
+:class:`~dws.scalegmn.linear.ScaledEdges`, so that the layers map the vector, not every edge.
 
 Positional embeddings (the reference code's node and edge types): every input and output neuron
 has its own learned vector, all neurons of one hidden layer share one (so that hidden permutations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dws.scalegmn.linear import ScaledEdges
 from dws.weightspace import WeightSpace
 
 Tensor = torch.Tensor
@@ -49,9 +52,9 @@ class EdgeEmbedding(nn.Module):
         self.hidden = nn.Parameter(torch.randn(max(len(widths) - 3, 0), d))
         self.outputs = nn.Parameter(torch.randn(widths[-1], 1, d))
 
-    def forward(self, edges: list[Tensor]) -> list[Tensor]:
+    def forward(self, edges: list[Tensor | ScaledEdges]) -> list[Tensor | ScaledEdges]:
         vectors = [self.inputs, *self.hidden][: len(edges) - 1] + [self.outputs]
-        return [e * p for e, p in zip(edges, vectors)]
+        return [e.per_vector(p.mul) if isinstance(e, ScaledEdges) else e * p for e, p in zip(edges, vectors)]
 
 
 def neuron_values(ws: WeightSpace) -> list[Tensor]:
@@ -60,6 +63,12 @@ def neuron_values(ws: WeightSpace) -> list[Tensor]:
     b0 = ws.biases[0]
     ones = b0.new_ones(b0.shape[0], ws.widths[0], b0.shape[-1])
     return [ones, *ws.biases]
+
+
+def initial_edges(projection: nn.Linear, w: Tensor) -> Tensor | ScaledEdges:
+    """``projection(w)``: for one channel, ``w_ij`` times the projection's vector, kept apart
+    (:class:`~dws.scalegmn.linear.ScaledEdges`: the layers map the vector, not every edge)."""
+    return ScaledEdges(w, projection.weight[:, 0]) if w.shape[-1] == 1 else projection(w)
 
 
 def reciprocal(w: Tensor, floor: float = 1e-6) -> Tensor:
@@ -85,14 +94,15 @@ class GraphInit(nn.Module):
         self.node_embedding = NodeEmbedding(widths, d)
         self.edge_embedding = EdgeEmbedding(widths, d) if edge_embedding else None
 
-    def forward(self, ws: WeightSpace) -> tuple[list[Tensor], list[Tensor], list[Tensor] | None]:
+    def forward(self, ws: WeightSpace) -> tuple[list[Tensor], list[Tensor | ScaledEdges],
+                                                list[Tensor | ScaledEdges] | None]:
         ws = ws.with_channels()
         nodes = self.node_embedding([self.node_proj(v) for v in neuron_values(ws)])
-        edges = [self.edge_proj(w) for w in ws.weights]
+        edges = [initial_edges(self.edge_proj, w) for w in ws.weights]
         if self.edge_embedding is not None:
             edges = self.edge_embedding(edges)
         backward = None
         if self.backward_proj is not None:
             seen_back = (lambda w: w) if self.symmetry == "sign" else reciprocal  # noqa: E731
-            backward = [self.backward_proj(seen_back(w)) for w in ws.weights]
+            backward = [initial_edges(self.backward_proj, seen_back(w)) for w in ws.weights]
         return nodes, edges, backward

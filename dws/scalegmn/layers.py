@@ -7,7 +7,12 @@ then ``x_i <- UPD([x_i, m_i])``. Bidirectional variant (``scalegmn-b``): neurons
 receive from layer ``l + 1`` along the backward edges (own message function), and
 ``x_i <- UPD([x_i, m_i^fw, m_i^bw])``. Edges are updated by :class:`~dws.scalegmn.equivariant.EdgeUpdate`
 from the layer's input nodes; under sign symmetry the backward edges keep their initial features
-(as in the reference code), under positive scaling they get their own update.
+(as in the reference code), under positive scaling they get their own update. Over initial edges
+``e_ij = w_ij v`` (:class:`~dws.scalegmn.linear.ScaledEdges`) the message's linear maps run per sender
+and are scaled by ``w_ij`` after, ``w_e(w_ij v) * w_v(x_j) = w_ij (w_e(v) * w_v(x_j))``: the same
+function without the per-edge products before its first nonlinearity (``w_e``, the message's ``W``
+and its gate's first map; the forward edges in the first layer, the backward edges in every layer
+under sign symmetry).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import torch
 from torch import nn
 
 from dws.scalegmn.equivariant import EdgeUpdate, EquivariantMap
+from dws.scalegmn.linear import Linear, ScaledEdges
 
 Tensor = torch.Tensor
 
@@ -43,8 +49,8 @@ class Messages(nn.Module):
 
     def __init__(self, d: int, symmetry: str, hidden: int, with_extra: bool):
         super().__init__()
-        self.node_linear = nn.Linear(d, d, bias=False)
-        self.edge_linear = nn.Linear(d, d, bias=False)
+        self.node_linear = Linear(d, d, bias=False)
+        self.edge_linear = Linear(d, d, bias=False)
         self.message = EquivariantMap(d, d, symmetry, hidden, d_extra=d if with_extra else 0)
         self.with_extra = with_extra
 
@@ -61,7 +67,9 @@ class Messages(nn.Module):
                 sent, extra, axis = self.node_linear(nodes[l + 1])[:, :, None], embeddings[l + 1][:, None], 1
             else:
                 sent, extra, axis = self.node_linear(nodes[l])[:, None], embeddings[l], 2
-            m = self.message(self.edge_linear(e) * sent, extra if self.with_extra else None, is_hidden(receiver, nodes))
+            x = (e.per_vector(lambda v: self.edge_linear(v) * sent) if isinstance(e, ScaledEdges)  # noqa: B023
+                 else self.edge_linear(e) * sent)  # w_e(w_ij v) * w_v(x_j) = w_ij (w_e(v) * w_v(x_j)): per sender
+            m = self.message(x, extra if self.with_extra else None, is_hidden(receiver, nodes))
             received[receiver] = m.sum(axis)
         return received
 

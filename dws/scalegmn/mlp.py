@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dws.scalegmn.linear import Linear
+
 Tensor = torch.Tensor
 
 
@@ -16,9 +18,9 @@ class MLP(nn.Module):
 
     def __init__(self, d_in: int, hidden: int, d_out: int, d_extra: int = 0):
         super().__init__()
-        self.first = nn.Linear(d_in, hidden)
-        self.first_extra = nn.Linear(d_extra, hidden, bias=False) if d_extra else None
-        self.norm, self.last = nn.LayerNorm(hidden), nn.Linear(hidden, d_out)
+        self.first = Linear(d_in, hidden)
+        self.first_extra = Linear(d_extra, hidden, bias=False) if d_extra else None
+        self.norm, self.last = nn.LayerNorm(hidden), Linear(hidden, d_out)
 
     def forward(self, x: Tensor, extra: Tensor | None = None, invariant: nn.Module | None = None) -> Tensor:
         """``invariant``: the MLP of ``[invariant(x), extra]``, its map and ``first`` applied as one where

@@ -23,6 +23,7 @@ from torch import nn
 
 from dws.scalegmn.graph import GraphInit
 from dws.scalegmn.layers import Read, ScaleGMNLayer
+from dws.scalegmn.linear import Linear
 from dws.scalegmn.mlp import MLP
 from dws.scalegmn.symmetry import SYMMETRIES
 from dws.weightspace import WeightSpace
@@ -63,7 +64,7 @@ class ScaleGMNInvariant(nn.Module):
             ScaleGMNLayer(d, symmetry, d, self.bidirectional, update_edges=i < num_layers - 1,
                           extras_in_messages=config["extras"], extras_in_updates=config["extras"])
             for i in range(num_layers))
-        self.skips = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in range(num_layers)) if config["skip"] else None
+        self.skips = nn.ModuleList(Linear(d, d, bias=False) for _ in range(num_layers)) if config["skip"] else None
         self.dropout = nn.Dropout(dropout)
         n_in, n_out = self.widths[0], self.widths[-1]
         if self.bidirectional:

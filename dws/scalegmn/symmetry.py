@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dws.scalegmn.linear import Linear, ScaledEdges, linear
+
 Tensor = torch.Tensor
 
 # activation (the store manifest's ``architecture.activation``) -> the scaling group it has
@@ -41,22 +43,22 @@ class SignSymmetrization(nn.Module):
 
     def __init__(self, dim: int):
         super().__init__()
-        self.first, self.norm, self.last = nn.Linear(dim, dim), nn.LayerNorm(dim), nn.Linear(dim, dim)
+        self.first, self.norm, self.last = Linear(dim, dim), nn.LayerNorm(dim), Linear(dim, dim)
 
     def branches(self, x: Tensor) -> Tensor:
         """``h_+ + h_-``, the symmetrized hidden layer of ``rho``."""
-        h = nn.functional.linear(x, self.first.weight)
+        h = linear(x, self.first.weight)
         return nn.functional.silu(self.norm(h + self.first.bias)) + nn.functional.silu(self.norm(self.first.bias - h))
 
     def forward(self, x: Tensor) -> Tensor:
-        return nn.functional.linear(self.branches(x), self.last.weight) + 2 * self.last.bias
+        return linear(self.branches(x), self.last.weight) + 2 * self.last.bias
 
-    def then(self, linear: nn.Linear, x: Tensor) -> Tensor:
-        """``linear(self(x))`` with the two consecutive linear maps multiplied into one, ``C (B h + 2c) + e =
+    def then(self, first: nn.Linear, x: Tensor) -> Tensor:
+        """``first(self(x))`` with the two consecutive linear maps multiplied into one, ``C (B h + 2c) + e =
         (C B) h + (2 C c + e)``: one ``d x d`` product per input instead of two (every edge's message)."""
-        weight = linear.weight @ self.last.weight
-        bias = 2 * linear.weight @ self.last.bias + (0 if linear.bias is None else linear.bias)
-        return nn.functional.linear(self.branches(x), weight, bias)
+        weight = first.weight @ self.last.weight
+        bias = 2 * first.weight @ self.last.bias + (0 if first.bias is None else first.bias)
+        return linear(self.branches(x), weight, bias)
 
 
 class ScaleNormalization(nn.Module):
@@ -66,12 +68,14 @@ class ScaleNormalization(nn.Module):
         super().__init__()
         self.eps = eps
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor | ScaledEdges) -> Tensor | ScaledEdges:
+        if isinstance(x, ScaledEdges):  # w v / (|w| |v| + eps): still a scalar times v
+            return ScaledEdges(x.weights / (x.norm() + self.eps), x.vectors)
         return x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) + self.eps)
 
-    def then(self, linear: nn.Linear, x: Tensor) -> Tensor:
-        """``linear(self(x))`` (the same interface as :meth:`SignSymmetrization.then`)."""
-        return linear(self(x))
+    def then(self, first: nn.Linear, x: Tensor) -> Tensor:
+        """``first(self(x))`` (the same interface as :meth:`SignSymmetrization.then`)."""
+        return first(self(x))
 
 
 INVARIANT_MAPS = {"sign": SignSymmetrization, "scale": ScaleNormalization}

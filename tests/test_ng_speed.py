@@ -1,0 +1,216 @@
+"""The neural graphs' faster forms (issue 32) compute what the straightforward formulation computes:
+the same outputs and the same gradients (float64, random architectures and batches), against
+reference forms written here as the papers write them: PNA's aggregators with autograd's own
+backwards, the graph construction with one linear map per direction, a PNA layer with per-edge
+messages, and the relational attention's dense formula."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dws.ng import LayeredGraph, NGGNN, NGTransformer
+from dws.ng.aggregation import SCALERS, aggregate
+from dws.ng.construct import GraphConstructor
+from dws.ng.pna import PNAConv
+from dws.ng.relational import RelationalAttention
+from test_graph_speedup import dense_attention, random_graph
+from test_nfn import random_space, random_widths
+
+
+def reference_aggregate(messages: torch.Tensor, delta: float, scalers=("identity", "amplification")) -> torch.Tensor:
+    """PNA's aggregation as PyG writes it: mean, min, max, std of the neighbours, times each scaler."""
+    k = messages.shape[2]
+    mean = messages.mean(dim=2)
+    std = ((messages * messages).mean(dim=2) - mean * mean).clamp(min=1e-5).sqrt()
+    stats = torch.cat([mean, messages.amin(dim=2), messages.amax(dim=2), std], dim=-1)
+    return torch.cat([stats * (math.log(k + 1) / delta) ** SCALERS[s] for s in scalers], dim=-1)
+
+
+def grads_of(outputs, inputs, gen):
+    """The gradients of a random linear function of ``outputs`` with respect to ``inputs``."""
+    outputs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+    loss = sum((o * torch.randn(o.shape, generator=gen, dtype=o.dtype)).sum() for o in outputs)
+    return torch.autograd.grad(loss, inputs)
+
+
+def assert_same(got, want):
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_aggregation_equals_pygs_formula(seed):
+    """Random sizes, a transposed view as input (as the reverse messages are before their concatenation)
+    or a contiguous one, ties at the extrema: the same aggregates and gradients as autograd's own."""
+    gen = torch.Generator().manual_seed(1200 + seed)
+    B, n, k, C = (int(v) for v in torch.randint(1, 6, (4,), generator=gen))
+    leaf = torch.randn(B, k, n, C, generator=gen, dtype=torch.float64)
+    leaf[:, -1] = leaf[:, 0]  # a tie in every column (k = 1: the neighbour itself)
+    leaf.requires_grad_()
+    messages = leaf.transpose(1, 2) if seed % 2 else leaf.transpose(1, 2).contiguous()
+    delta = float(torch.rand(1, generator=gen)) + 0.5
+    got, want = aggregate(messages, delta), reference_aggregate(messages, delta)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert_same(grads_of(got, [leaf], torch.Generator().manual_seed(seed)),
+                grads_of(want, [leaf], torch.Generator().manual_seed(seed)))
+
+
+def test_a_tie_shares_the_gradient_as_amin_does():
+    x = torch.tensor([[[[1.0], [1.0], [3.0]]]], dtype=torch.float64, requires_grad=True)  # [1, 1, 3, 1]
+    low = aggregate(x, 1.0, scalers=("identity",))[..., 1]  # the min aggregator's channel
+    (grad,) = torch.autograd.grad(low.sum(), x)
+    assert grad.flatten().tolist() == [0.5, 0.5, 0.0]
+
+
+def reference_graph(constructor: GraphConstructor, ws) -> LayeredGraph:
+    """The construction with one linear map of the Fourier features per direction."""
+    ws = ws.with_channels()
+    no_bias = ws.weights[0].new_zeros(ws.weights[0].shape[0], ws.widths[0], ws.weights[0].shape[3])
+    nodes = [constructor.node(constructor.bias_features.encode(b)) + p
+             for b, p in zip((no_bias, *ws.biases), constructor.positions())]
+    lifted = [constructor.weight_features.encode(w) for w in ws.weights]
+    backward = tuple(constructor.backward_edge(f) for f in lifted) if constructor.bidirectional else None
+    return LayeredGraph(tuple(nodes), tuple(constructor.forward_edge(f) for f in lifted), backward)
+
+
+def graph_tensors(graph: LayeredGraph) -> list[torch.Tensor]:
+    return [*graph.nodes, *graph.forward, *(graph.backward or ())]
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_construction_maps_both_directions_as_one(seed, bidirectional):
+    gen = torch.Generator().manual_seed(1300 + seed)
+    widths = random_widths(gen)
+    torch.manual_seed(seed)
+    constructor = GraphConstructor(widths, 5, 3, fourier_features=4, bidirectional=bidirectional).double()
+    ws = random_space(widths, 3, 1, gen)
+    got, want = graph_tensors(constructor(ws)), graph_tensors(reference_graph(constructor, ws))
+    assert_same(got, want)
+    params = list(constructor.parameters())
+    assert_same(grads_of(got, params, torch.Generator().manual_seed(seed)),
+                grads_of(want, params, torch.Generator().manual_seed(seed)))
+
+
+def reference_messages(conv: PNAConv, lower, upper, edges, reverse: bool) -> torch.Tensor:
+    """``scale(e) * (pre_target(x_target) + pre_source(x_source)) + shift(e)`` edge by edge, ``[B, o, i, C]``."""
+    scale, shift = conv.edge_encoder(edges).chunk(2, dim=-1)
+    lo = lower[:, None].expand(-1, upper.shape[1], -1, -1)  # lower neuron i at [o, i]
+    up = upper[:, :, None].expand(-1, -1, lower.shape[1], -1)  # upper neuron o at [o, i]
+    source, target = (up, lo) if reverse else (lo, up)
+    return scale * (conv.pre_target(target) + conv.pre_source(source)) + shift
+
+
+def reference_conv(conv: PNAConv, graph: LayeredGraph) -> list[torch.Tensor]:
+    """A PNA layer as the module docstring writes it: each node's messages concatenated, then aggregated."""
+    x, L = graph.nodes, len(graph.nodes) - 1
+    incoming = [[] for _ in x]
+    for l in range(L):
+        incoming[l + 1].append(reference_messages(conv, x[l], x[l + 1], graph.forward[l], reverse=False))
+        if graph.backward is not None:
+            incoming[l].append(reference_messages(conv, x[l], x[l + 1], graph.backward[l], reverse=True).transpose(1, 2))
+    out = []
+    for x_l, blocks in zip(x, incoming):
+        messages = torch.cat(blocks, dim=2) if blocks else x_l.new_zeros(*x_l.shape[:2], 0, x_l.shape[-1])
+        aggregated = reference_aggregate(messages, conv.delta, conv.scalers) if blocks else \
+            x_l.new_zeros(*x_l.shape[:2], conv.post.in_features - x_l.shape[-1])
+        out.append(conv.lin(conv.post(torch.cat([x_l, aggregated], dim=-1))))
+    return out
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_pna_layer_equals_the_concatenating_one(seed, bidirectional):
+    gen = torch.Generator().manual_seed(1400 + seed)
+    widths = random_widths(gen)
+    C, E = (int(c) for c in torch.randint(2, 6, (2,), generator=gen))
+    torch.manual_seed(seed)
+    conv = PNAConv(C, E, delta=1.3).double()
+    graph = random_graph(widths, 3, C, E, gen)
+    if not bidirectional:
+        graph = LayeredGraph(graph.nodes, graph.forward, None)
+    leaves = graph_tensors(graph)
+    leaves = [t.requires_grad_() for t in leaves]
+    got, want = conv(graph), reference_conv(conv, graph)
+    assert_same(got, want)
+    inputs = leaves + list(conv.parameters())
+    assert_same(grads_of(got, inputs, torch.Generator().manual_seed(seed)),
+                grads_of(want, inputs, torch.Generator().manual_seed(seed)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_relational_attention_gradients_equal_the_dense_formulas(seed):
+    """test_graph_speedup checks the attention's values; here its gradients, with ``Q``, ``K`` and ``M``
+    applied to the edges as three products."""
+    gen = torch.Generator().manual_seed(1500 + seed)
+    widths = random_widths(gen)
+    heads, head_width, nodes, edges = (int(v) for v in torch.randint(1, 5, (4,), generator=gen))
+    torch.manual_seed(seed)
+    attention = RelationalAttention(nodes + 1, edges + 1, heads * head_width, heads).double()
+    graph = random_graph(widths, 3, nodes + 1, edges + 1, gen)
+    leaves = [t.requires_grad_() for t in graph_tensors(graph)]
+    no_edge = torch.randn(edges + 1, generator=gen, dtype=torch.float64, requires_grad=True)
+    got = attention(graph, no_edge)
+    want = dense_attention(attention, graph, no_edge).split(list(graph.widths), dim=1)
+    assert_same(got, want)
+    inputs = [*leaves, no_edge, *attention.parameters()]
+    assert_same(grads_of(got, inputs, torch.Generator().manual_seed(seed)),
+                grads_of(want, inputs, torch.Generator().manual_seed(seed)))
+
+
+@pytest.mark.parametrize("model", [NGGNN, NGTransformer])
+def test_saved_runs_still_load(model):
+    """The faster forms kept every parameter and its name: the state dict's keys and shapes are the
+    same as the modules' parameters as the papers' layers name them."""
+    keys = model((2, 4, 1), 1).state_dict().keys()
+    names = {"construct.forward_edge.weight", "construct.backward_edge.weight", "construct.forward_edge.bias"}
+    names |= ({"backbone.convs.0.edge_encoder.weight", "backbone.edge_updates.0.lin_e.weight"} if model is NGGNN
+              else {"layers.0.attention.qkv_edge.weight", "layers.0.attention.qkv_node.weight",
+                    "layers.0.edge_update.lin_e.weight"})
+    assert names <= set(keys)
+
+
+def load_benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "weight_models.py"
+    spec = importlib.util.spec_from_file_location("weight_models_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("compiles", [True, False])
+def test_the_benchmark_times_the_compiled_step_and_keeps_the_eager_row(compiles, monkeypatch, capsys):
+    """``--compile`` goes through ``zoo train --compile``'s wrapper; a model whose step does not
+    compile keeps its eager time and the table says why (torch.compile stubbed: no inductor here)."""
+    import argparse
+
+    bench = load_benchmark()
+    wrapped = []
+
+    def fake_compile(model, *args, **kwargs):
+        if not compiles:
+            raise RuntimeError("lowering failed\nfor this op")
+        wrapped.append(model)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    args = argparse.Namespace(model="ng-gnn", widths=[2, 3, 1], hidden_channels=4, input_reduction=0,
+                              activation="sine", batch=4, iters=1, threads=1, device="cpu", compile=True)
+    row = bench.measure(args)
+    assert row["step_s"] > 0
+    assert (len(wrapped) == 1 and row["compiled_s"] > 0) if compiles else \
+        row["compile_error"] == "RuntimeError: lowering failed for this op"
+    base = {"model": "dwsnet", "step_s": 2 * row["step_s"], "compile_error": "AssertionError: x"}
+    bench.print_compiled([base, row], base)
+    out = capsys.readouterr().out
+    assert "dwsnet: torch.compile failed: AssertionError: x" in out
+    ng_line = next(line for line in out.splitlines() if line.startswith("ng-gnn"))
+    assert ng_line.split()[5] == "0.5"  # eager over DWSNet's eager
+    if compiles:
+        assert float(ng_line.split()[6]) == pytest.approx(row["compiled_s"] / base["step_s"], abs=0.05)
