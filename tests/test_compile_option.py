@@ -55,13 +55,16 @@ def test_compile_is_speed_only_and_on_the_command_line(tiny_store, tmp_path, mon
 
 
 @pytest.mark.slow
-def test_a_really_compiled_step_trains_like_the_eager_one(tiny_store, tmp_path):
-    """torch.compile for real (inductor, a C++ compiler) on a neural graph, the model the option is for:
-    the same losses up to float rounding."""
+@pytest.mark.parametrize("model, channels", [("ng-gnn", 2), ("dwsnet", 8)])
+def test_a_really_compiled_step_trains_like_the_eager_one(tiny_store, tmp_path, model, channels):
+    """torch.compile for real (inductor, a C++ compiler) on a neural graph, the model the option is for,
+    and on a DWSNet whose eager step takes the native kernels (8 channels): the same losses up to float
+    rounding (the compiled DWSNet once failed at its first step: inductor cannot lower those calls)."""
     runs = {}
     for flag in (False, True):
         out = tmp_path / f"real-{flag}"
-        opts = TrainOptions(store=str(tiny_store), out=str(out), compile=flag, **{**ARGS, "model": "ng-gnn"})
+        opts = TrainOptions(store=str(tiny_store), out=str(out), compile=flag,
+                            **{**ARGS, "model": model, "hidden_channels": channels})
         train_run(opts, log=lambda *_: None)
         runs[flag] = json.loads((out / "metrics.json").read_text())
     eager, compiled = ([h["train_loss"] for h in runs[f]["history"][0]] for f in (False, True))
@@ -83,3 +86,15 @@ def test_compile_without_a_cpp_compiler_is_refused_in_one_line(tiny_store, tmp_p
     with pytest.raises(ValueError, match="/no/such/compiler"):
         train_run(TrainOptions(store=str(tiny_store), out=str(tmp_path / "run2"), compile=True, **ARGS),
                   log=lambda *_: None)
+
+
+def test_a_traced_dwsnet_step_keeps_to_public_operators(monkeypatch):
+    """Under torch.compile the DWSNet's fast paths step aside (the native kernels and the private oneDNN
+    op, which inductor cannot lower): the same tensors take them eagerly."""
+    from dws.nn.fast import matmul, native
+
+    x, w = torch.randn(64, 32, 32, 8), torch.randn(8, 8)
+    eager = (native.usable(x, w, channels=(8, 8)), matmul.uses_onednn(x, w, min_rows=0))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert native.usable(x, w, channels=(8, 8)) is False and matmul.uses_onednn(x, w, min_rows=0) is False
+    assert eager == (native.library() is not None, matmul._LINEAR is not None)

@@ -7,8 +7,10 @@ and gains nothing from a second thread; oneDNN's linear kernel (PyTorch's ``mkld
 ``torch.compile`` uses for CPU linears) runs it at ~70 GFLOP/s on one core and ~110 on two. The
 backward's input gradient is the same shape of product and goes to oneDNN too; the weight gradient
 (a long reduction, where MKL is faster) stays with ``torch.mm``. Anything else (float64, GPU,
-small products, a PyTorch built without oneDNN) is a plain ``torch.matmul``. Results equal
-``torch.matmul``'s up to float rounding (tested).
+small products, a PyTorch built without oneDNN) is a plain ``torch.matmul``, and so is every product
+traced by ``torch.compile`` (``zoo train --compile``): inductor cannot lower the private op (an
+``InductorError`` at the first step) and picks its own oneDNN kernels for a ``matmul``. Results
+equal ``torch.matmul``'s up to float rounding (tested).
 
 The oneDNN linear op (``torch.ops.mkldnn._linear_pointwise``) is private: other PyTorch builds
 may lack it or change its signature. It is used only if a trial product on import gives
@@ -46,7 +48,7 @@ def uses_onednn(x: Tensor, weight: Tensor, min_rows: int | None = None) -> bool:
     min_rows = ONEDNN_MIN_ROWS if min_rows is None else min_rows
     return (
         _LINEAR is not None and x.numel() // max(x.shape[-1], 1) >= min_rows and x.device.type == "cpu"
-        and x.dtype == torch.float32 and weight.dtype == torch.float32
+        and x.dtype == torch.float32 and weight.dtype == torch.float32 and not torch.compiler.is_compiling()
     )
 
 

@@ -60,9 +60,12 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def usable(*tensors: Tensor, channels: tuple[int, ...]) -> bool:
-    """Whether the kernels apply: contiguous float32 CPU tensors, channel counts multiples of 8."""
+    """Whether the kernels apply: contiguous float32 CPU tensors, channel counts multiples of 8, in an eager
+    step (``torch.compile`` cannot trace the foreign calls: its step keeps the PyTorch path, which computes
+    the same function, and fuses it itself)."""
     return (
-        all(c % 8 == 0 and c > 0 for c in channels)
+        not torch.compiler.is_compiling()
+        and all(c % 8 == 0 and c > 0 for c in channels)
         and all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
         and library() is not None
     )

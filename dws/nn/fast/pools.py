@@ -74,7 +74,9 @@ def max_pools(x: Tensor, dims_list) -> tuple[list[Tensor], list[Tensor]]:
         y, idx = torch.nn.functional.max_pool2d(view, (length, 1), return_indices=True)
         outs.append(y.reshape(*x.shape[:dim], *x.shape[dim + 1 :]))
         # flat position of each maximum in x: (o * L + idx) * inner + i
-        positions.append(idx.view(outer, inner).mul(inner).add_(_flat_offsets(outer, length, inner, x.device)))
+        offsets = (_flat_offsets.__wrapped__ if torch.compiler.is_compiling() else _flat_offsets)  # (a traced
+        # step computes them in its graph; dynamo warns of a cache it would trace through)
+        positions.append(idx.view(outer, inner).mul(inner).add_(offsets(outer, length, inner, x.device)))
     return outs, positions
 
 
