@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("zoo.inspect",),  # `zoo info` / `zoo show`
     ("dws.weightspace",),  # the weight-space value and its symmetry group
     ("dws.stream",),  # stores -> batches of weight spaces (normalization, augmentation)
+    ("dws.ops",),  # tensor operations the model families share (linear maps as 1x1 convolutions)
     ("dws.nn", "dws", "dws.nfn", "dws.ng", "dws.scalegmn"),  # DWSNet layers and models (`dws` re-exports them);
     # NFN-NP/HNP, the neural graphs and ScaleGMN beside them
     ("dws.baselines",),  # the paper's baselines (alignment derives its training store)

@@ -16,6 +16,7 @@ from dws.ng.aggregation import SCALERS, aggregate
 from dws.ng.construct import GraphConstructor
 from dws.ng.pna import PNAConv
 from dws.ng.relational import RelationalAttention
+import dws.ops.linear
 from test_graph_speedup import dense_attention, random_graph
 from test_nfn import random_space, random_widths
 
@@ -171,6 +172,76 @@ def test_saved_runs_still_load(model):
               else {"layers.0.attention.qkv_edge.weight", "layers.0.attention.qkv_node.weight",
                     "layers.0.edge_update.lin_e.weight"})
     assert names <= set(keys)
+
+
+ONEDNN = torch.backends.mkldnn.is_available()
+
+
+def small_model(model, widths):
+    if model is NGGNN:
+        return NGGNN(widths, 3, channels=8, num_layers=3, fourier_features=8)
+    return NGTransformer(widths, 3, edge_channels=8, node_channels=8, attention_hidden=16, node_hidden=8,
+                         edge_hidden=8, head_hidden=8, heads=2, num_layers=2, fourier_features=8)
+
+
+def input_shapes(monkeypatch) -> dict[str, list[tuple[int, ...]]]:
+    """The input shapes that ``F.linear`` and ``F.conv2d`` receive from now on."""
+    seen = {"linear": [], "conv2d": []}
+    for name in seen:
+        def spy(x, *args, _name=name, _original=getattr(torch.nn.functional, name), **kwargs):
+            seen[_name].append(tuple(x.shape))
+            return _original(x, *args, **kwargs)
+
+        monkeypatch.setattr(torch.nn.functional, name, spy)
+    return seen
+
+
+@pytest.mark.skipif(not ONEDNN, reason="no oneDNN in this PyTorch")
+@pytest.mark.parametrize("model", [NGGNN, NGTransformer])
+@pytest.mark.parametrize("seed", range(2))
+def test_edge_maps_go_through_the_shared_convolution_and_compute_the_same(model, seed, monkeypatch):
+    """float32, every shape large enough (``MIN_ROWS = 1``): every map of per-edge features
+    (``[B, d_{l+1}, d_l, E]``) is :mod:`dws.ops.linear`'s convolution, none an ``F.linear``; per-node maps
+    stay ``F.linear`` (as convolutions they were slower at 2 threads, docs/dws.md); outputs and every
+    parameter's gradient equal the same model's with every product an ``F.linear``."""
+    gen = torch.Generator().manual_seed(1300 + seed)
+    widths = random_widths(gen)
+    torch.manual_seed(seed)
+    net = small_model(model, widths)
+    ws = random_space(widths, 3, 1, gen).map(lambda t: t.float())
+    params = list(net.parameters())
+    monkeypatch.setattr(dws.ops.linear, "MIN_ROWS", 10**12)
+    want = net(ws)
+    want_grads = grads_of(want, params, torch.Generator().manual_seed(seed))
+    monkeypatch.setattr(dws.ops.linear, "MIN_ROWS", 1)
+    seen = input_shapes(monkeypatch)
+    got = net(ws)
+    assert not [s for s in seen["linear"] if len(s) == 4]
+    pairs = len(widths) - 1
+    assert len(seen["conv2d"]) >= pairs * (1 + 2 * (3 if model is NGGNN else 2))  # construction + each layer's
+    assert [s for s in seen["linear"] if len(s) == 3]  # the nodes' maps
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for g, w in zip(grads_of(got, params, torch.Generator().manual_seed(seed)), want_grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ONEDNN, reason="no oneDNN in this PyTorch")
+@pytest.mark.parametrize("model", [NGGNN, NGTransformer])
+def test_torch_compile_traces_the_edge_convolutions_without_a_graph_break(model, monkeypatch):
+    """The convolution route adds no graph break to ``torch.compile``'s trace of the model (``zoo train
+    --compile``): as many graphs and breaks as with every product an ``F.linear``."""
+    gen = torch.Generator().manual_seed(1310)
+    widths = (2, 5, 4, 1)
+    net = small_model(model, widths)
+    ws = random_space(widths, 3, 1, gen).map(lambda t: t.float())
+    counts = {}
+    for min_rows in (10**12, 1):
+        monkeypatch.setattr(dws.ops.linear, "MIN_ROWS", min_rows)
+        torch._dynamo.reset()
+        explanation = torch._dynamo.explain(net)(ws)
+        counts[min_rows] = (explanation.graph_count, explanation.graph_break_count)
+    assert counts[1] == counts[10**12]
 
 
 def load_benchmark():

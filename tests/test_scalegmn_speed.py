@@ -1,7 +1,7 @@
-"""ScaleGMN's faster computation (dws/scalegmn/linear.py and the layers' use of it) computes the paper's
-function: the model against a straightforward reference written here from the module docstrings'
-equations (dense per-edge features, concatenated MLP inputs, ``rho(x) + rho(-x)`` as two calls, every
-layer computing everything), outputs and every parameter's gradient, in float64 on random
+"""ScaleGMN's faster computation (dws/scalegmn/linear.py, dws/ops/linear.py and the layers' use of them)
+computes the paper's function: the model against a straightforward reference written here from the
+module docstrings' equations (dense per-edge features, concatenated MLP inputs, ``rho(x) + rho(-x)`` as
+two calls, every layer computing everything), outputs and every parameter's gradient, in float64 on random
 architectures, both variants and both symmetries; the 1x1-convolution route against ``F.linear`` in
 float32; scaled edges against their dense features."""
 
@@ -13,8 +13,9 @@ from torch.nn import functional as F
 
 from dws.scalegmn import ScaleGMNInvariant
 from dws.scalegmn.graph import neuron_values, reciprocal
-import dws.scalegmn.linear
-from dws.scalegmn.linear import Linear, ScaledEdges, as_convolution, linear
+import dws.ops.linear
+from dws.ops.linear import as_convolution
+from dws.scalegmn.linear import Linear, ScaledEdges, linear
 from dws.scalegmn.symmetry import ScaleNormalization
 from dws_helpers import random_widths, random_ws
 
@@ -167,7 +168,7 @@ def test_weights_of_two_channels_take_the_dense_path_and_equal_the_reference(var
 def test_the_float32_model_with_convolutions_equals_the_reference(variant, monkeypatch):
     """The 1x1-convolution route (float32 only) inside the model, against the reference in float32 (every
     product of edge or node features a convolution here)."""
-    monkeypatch.setattr(dws.scalegmn.linear, "MIN_ROWS", 1)
+    monkeypatch.setattr(dws.ops.linear, "MIN_ROWS", 1)
     widths = (2, 7, 6, 1)
     torch.manual_seed(5)
     model = ScaleGMNInvariant(widths, 3, "sign", variant, hidden=16, num_layers=3)
@@ -180,7 +181,7 @@ def test_the_float32_model_with_convolutions_equals_the_reference(variant, monke
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("min_rows", [1, 1024])
 def test_linear_equals_f_linear_with_gradients(shape, bias, min_rows, monkeypatch):
-    monkeypatch.setattr(dws.scalegmn.linear, "MIN_ROWS", min_rows)
+    monkeypatch.setattr(dws.ops.linear, "MIN_ROWS", min_rows)
     torch.manual_seed(1)
     x = torch.randn(shape, requires_grad=True)
     lin = Linear(8, 5, bias=bias)

@@ -19,6 +19,7 @@ from torch import nn
 from dws.nfn.encoding import FourierFeatures
 from dws.ng.graph import LayeredGraph
 from dws.ng.positions import NeuronPositions
+from dws.ops.linear import Linear, linear
 from dws.weightspace import WeightSpace
 
 
@@ -32,8 +33,8 @@ class GraphConstructor(nn.Module):
         self.weight_features = FourierFeatures(in_channels, fourier_features, fourier_scale)
         self.bias_features = FourierFeatures(in_channels, fourier_features, fourier_scale)
         lifted = 2 * fourier_features
-        self.forward_edge = nn.Linear(lifted, edge_channels)
-        self.backward_edge = nn.Linear(lifted, edge_channels) if bidirectional else None
+        self.forward_edge = Linear(lifted, edge_channels)
+        self.backward_edge = Linear(lifted, edge_channels) if bidirectional else None
         self.node = nn.Linear(lifted, node_channels)
         self.positions = NeuronPositions(self.widths, node_channels)
 
@@ -51,7 +52,7 @@ class GraphConstructor(nn.Module):
         # both directions' maps as one product: the [B, d_{l+1}, d_l, 2 * fourier_features] lift is read once
         both = (torch.cat([self.forward_edge.weight, self.backward_edge.weight]),
                 torch.cat([self.forward_edge.bias, self.backward_edge.bias]))
-        forward, backward = zip(*(nn.functional.linear(f, *both).chunk(2, dim=-1) for f in lifted))
+        forward, backward = zip(*(linear(f, *both).chunk(2, dim=-1) for f in lifted))
         return LayeredGraph(tuple(nodes), forward, backward)
 
     def zero_weight_edge(self, like: torch.Tensor) -> torch.Tensor:

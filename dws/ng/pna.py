@@ -18,6 +18,7 @@ from torch import nn
 
 from dws.ng.aggregation import AGGREGATORS, aggregate, mean_log_degree
 from dws.ng.graph import LayeredGraph, endpoint_sum
+from dws.ops.linear import Linear
 
 Tensor = torch.Tensor
 
@@ -36,7 +37,7 @@ class PNAConv(nn.Module):
                  scalers: Sequence[str] = ("identity", "amplification")):
         super().__init__()
         self.delta, self.scalers = float(delta), tuple(scalers)
-        self.edge_encoder = nn.Linear(edge_channels, 2 * channels)  # scale and shift of each message
+        self.edge_encoder = Linear(edge_channels, 2 * channels)  # scale and shift of each message
         self.pre_target = nn.Linear(channels, channels)  # pre([x_i, x_j]) = pre_target(x_i) + pre_source(x_j)
         self.pre_source = nn.Linear(channels, channels, bias=False)
         self.post = nn.Linear((1 + len(AGGREGATORS) * len(self.scalers)) * channels, channels)
@@ -66,10 +67,10 @@ class EdgeMLP(nn.Module):
 
     def __init__(self, node_channels: int, edge_channels: int):
         super().__init__()
-        self.lin_e = nn.Linear(edge_channels, edge_channels)
+        self.lin_e = Linear(edge_channels, edge_channels)
         self.lin_s = nn.Linear(node_channels, edge_channels)
         self.lin_t = nn.Linear(node_channels, edge_channels)
-        self.lin1 = nn.Linear(edge_channels, edge_channels)
+        self.lin1 = Linear(edge_channels, edge_channels)
         self.act = nn.SiLU()
 
     def update(self, edges: Tensor, lower: Tensor, upper: Tensor, reverse: bool) -> Tensor:

@@ -22,16 +22,23 @@ import torch
 from torch import nn
 
 from dws.ng.graph import LayeredGraph, endpoint_sum
+from dws.ops.linear import Linear, linear
 
 Tensor = torch.Tensor
 
 
-def xavier_linear(in_features: int, out_features: int, bias: bool = True) -> nn.Linear:
-    m = nn.Linear(in_features, out_features, bias)
+def xavier_linear(in_features: int, out_features: int, bias: bool = True, per_edge: bool = False) -> nn.Linear:
+    """The code's ``Linear``; ``per_edge``: a map of every edge's features, by :func:`dws.ops.linear.linear`."""
+    m = (Linear if per_edge else nn.Linear)(in_features, out_features, bias)
     nn.init.xavier_uniform_(m.weight)
     if bias:
         nn.init.zeros_(m.bias)
     return m
+
+
+def query_major(edges: Tensor, transposed: bool) -> Tensor:
+    """Edges between a query layer and a key layer as ``[B, d_query, d_key, ...]`` (a view)."""
+    return edges.transpose(1, 2) if transposed else edges
 
 
 class RelationalAttention(nn.Module):
@@ -69,18 +76,21 @@ class RelationalAttention(nn.Module):
             keys = torch.cat([k[m] for m in others], dim=1) + k0
             values = [torch.cat([v[m] for m in others], dim=1) * m0 + v0]
             logits = [torch.einsum("bnhd,bmhd->bhnm", q[l] + q0, keys)]
-            neighbours = ([(l - 1, graph.backward[l - 1])] if l > 0 else []) + \
-                         ([(l + 1, graph.forward[l].transpose(1, 2))] if l < L else [])
-            for m, edges in neighbours:  # edges: [B, d_l, d_m, E], query l, key m
-                qe, ke, me = (nn.functional.linear(edges, w).unflatten(-1, (self.heads, -1)) for w in edge_qkm)
+            # (key layer, its edges as stored, whether stored as [B, d_m, d_l, E] rather than [B, d_l, d_m, E])
+            neighbours = ([(l - 1, graph.backward[l - 1], False)] if l > 0 else []) + \
+                         ([(l + 1, graph.forward[l], True)] if l < L else [])
+            for m, stored, transposed in neighbours:  # query l, key m
+                # each map applied to the edges as stored (a contiguous product), then seen as [B, d_l, d_m, ...]
+                qe, ke, me = (query_major(linear(stored, w), transposed).unflatten(-1, (self.heads, -1))
+                              for w in edge_qkm)
                 logits.append(torch.linalg.vecdot(q[l][:, :, None] + qe, k[m][:, None] + ke).permute(0, 3, 1, 2))
                 values.append(v[m][:, None] * me)  # [B, d_l, d_m, H, h]; its V e term is added below
             attention = torch.softmax(torch.cat(logits, dim=-1) * self.scale, dim=-1)
             parts = attention.split([t.shape[-1] for t in logits], dim=-1)
             y = torch.einsum("bhnm,bmhd->bnhd", parts[0], values[0])
-            for a, val, (_, edges) in zip(parts[1:], values[1:], neighbours):
+            for a, val, (_, stored, transposed) in zip(parts[1:], values[1:], neighbours):
                 # sum_j a_ij V e_ij = V sum_j a_ij e_ij: the edges are pooled per head, then mapped once per node
-                pooled = torch.einsum("bhnm,bnme->bnhe", a, edges)
+                pooled = torch.einsum("bhnm,bnme->bnhe", a, query_major(stored, transposed))
                 y = y + torch.einsum("bhnm,bnmhd->bnhd", a, val) + torch.einsum("bnhe,hde->bnhd", pooled, value)
             out.append(self.proj_out(y.flatten(-2)))
         return out
@@ -91,12 +101,12 @@ class EdgeUpdate(nn.Module):
 
     def __init__(self, node_channels: int, edge_channels: int, hidden: int, dropout: float = 0.0):
         super().__init__()
-        self.lin_e = xavier_linear(2 * edge_channels, hidden)
+        self.lin_e = xavier_linear(2 * edge_channels, hidden, per_edge=True)
         self.lin_s = xavier_linear(node_channels, hidden)
         self.lin_t = xavier_linear(node_channels, hidden)
-        self.lin1 = xavier_linear(hidden, edge_channels)
-        self.mlp = nn.Sequential(xavier_linear(edge_channels, hidden, bias=False), nn.GELU(),
-                                 xavier_linear(hidden, edge_channels), nn.Dropout(dropout))
+        self.lin1 = xavier_linear(hidden, edge_channels, per_edge=True)
+        self.mlp = nn.Sequential(xavier_linear(edge_channels, hidden, bias=False, per_edge=True), nn.GELU(),
+                                 xavier_linear(hidden, edge_channels, per_edge=True), nn.Dropout(dropout))
         self.norm0, self.norm1 = nn.LayerNorm(edge_channels), nn.LayerNorm(edge_channels)
         self.act, self.dropout = nn.GELU(), nn.Dropout(dropout)
 
