@@ -15,7 +15,9 @@ equal ``torch.matmul``'s up to float rounding (tested).
 The oneDNN linear op (``torch.ops.mkldnn._linear_pointwise``) is private: other PyTorch builds
 may lack it or change its signature. It is used only if a trial product on import gives
 ``torch.matmul``'s result (:func:`_onednn_linear_op`); otherwise every product is a
-``torch.matmul`` (tested).
+``torch.matmul`` (tested). The public route that the other models use for such products, a 1x1
+``F.conv2d`` of a channels-last view (:mod:`dws.ops.linear`), was measured slower here on the
+DWSNet's shapes (the input gradients 0.47-0.93x of this op's speed; docs/dws.md, "Accelerator").
 """
 
 from __future__ import annotations
