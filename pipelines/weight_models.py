@@ -61,7 +61,8 @@ import numpy as np
 
 from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, Checkpoint
 from dws.tasks.options import (ADAPT_MODELS, DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, NG_MODELS,
-                               TrainOptions, model_defaults, model_version, with_task_defaults)
+                               TrainOptions, model_defaults, model_version, recorded_version,
+                               with_task_defaults)
 from dws.tasks.prepare import SPEED_ONLY, option_flag
 from dws.tasks.protocol import PAPER_LRS
 from dws.tasks.rundir import finished_run
@@ -352,7 +353,7 @@ def refuse_other_finished(opts: TrainOptions, log=print) -> None:
     if not (Path(opts.out) / "metrics.json").is_file() or not config_file.is_file():
         return
     config = json.loads(config_file.read_text())
-    trained = config.get("model_version", 1)
+    trained = recorded_version(config)
     if trained != model_version(opts.model):
         aside = Path(opts.out).with_name(f"{Path(opts.out).name}.model-v{trained}")
         if aside.exists():
@@ -413,11 +414,11 @@ def superseded(cell: dict) -> bool:
     """A finished cell of the model's older code (dws.tasks.options.MODEL_VERSIONS; cells recorded before
     versions were: 1): another function than the model computes now, so neither its metrics nor its lr
     stand for the model until its column runs again (which moves the run aside and trains it anew)."""
-    return cell.get("status") == DONE and cell.get("model_version", 1) != model_version(cell["model"])
+    return cell.get("status") == DONE and recorded_version(cell) != model_version(cell["model"])
 
 
 def superseded_note(cell: dict) -> str:
-    return (f"superseded: model version {cell.get('model_version', 1)}, now {model_version(cell['model'])} "
+    return (f"superseded: model version {recorded_version(cell)}, now {model_version(cell['model'])} "
             f"(rerun the column)")
 
 
@@ -440,7 +441,7 @@ def chosen_lrs(protocol: Protocol, out: Path, column: str, models, given: dict, 
                and (cells.get(m, {}).get("status") != DONE or superseded(cells[m]))]
     if missing:
         first = pipeline_command(protocol.lr_from, column, missing, out.parent, stores, {})
-        named = ", ".join(f"{m} (its cell there is of model version {cells[m].get('model_version', 1)}, now "
+        named = ", ".join(f"{m} (its cell there is of model version {recorded_version(cells[m])}, now "
                           f"{model_version(m)})" if m in cells and superseded(cells[m]) else m for m in missing)
         raise ValueError(f"no learning rate chosen at {protocol.lr_from} scale for {named}: run "
                          f"`{first}` first, or pass --lr MODEL=LR")

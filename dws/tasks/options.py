@@ -62,6 +62,12 @@ def model_version(model: str) -> int:
     return MODEL_VERSIONS.get(model, 1)
 
 
+def recorded_version(record: dict) -> int:
+    """The model version a run's config (or a table's cell) records: 1 where absent, as in everything
+    saved before versions existed."""
+    return record.get("model_version", 1)
+
+
 # --normalize: per-entry statistics of the train split (DWSNets' code; the recorded numbers), or those
 # statistics pooled over the claimed symmetry's orbits, so normalization commutes with it
 NORMALIZATIONS = ("entry", "orbit")

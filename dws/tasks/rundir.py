@@ -36,7 +36,8 @@ from zoo.store import StoreError, WeightStore
 
 from .models import build_model, evaluation_transform
 from .objectives import Task, get_task
-from .options import ACTIVATION_PEAK, TrainOptions, default_run_dir, model_version, with_task_defaults
+from .options import (ACTIVATION_PEAK, TrainOptions, default_run_dir, model_version, recorded_version,
+                      with_task_defaults)
 from .prepare import LEGACY_SETTINGS, SPEED_ONLY, PreparedRun, resume_settings
 from .protocol import format_report
 from .trainer import Predictions, TrainResult, evaluate
@@ -119,7 +120,7 @@ def finished_run(opts: TrainOptions) -> dict | None:
         return None
     if saved.get("train_limit") is not None and config.get("train_limit_selects") != LIMIT_SELECTION:
         return None  # trained on the train split's first N networks, before --train-limit spread them
-    if config.get("model_version", 1) != model_version(opts.model):
+    if recorded_version(config) != model_version(opts.model):
         return None  # the model's code computes another function since (dws.tasks.options.MODEL_VERSIONS)
     return {"run_dir": str(run_dir), **metrics}
 
@@ -271,7 +272,7 @@ def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test
     loader = run.loader(store, split, batch_size, **memory.splits[split].loader_options())
     metrics = evaluate(run.model, task, loader, "cpu", probe)
     left_out = {"excluded": dict(loader.excluded)} if loader.excluded else {}  # diverged networks (status)
-    trained, now = run.config.get("model_version", 1), model_version(options["model"])
+    trained, now = recorded_version(run.config), model_version(options["model"])
     moved = {} if trained == now else {"note": f"trained as {options['model']} version {trained}, rebuilt as version "
                                                f"{now} (dws.tasks.options.MODEL_VERSIONS): its metrics may differ "
                                                f"from those the run recorded"}
