@@ -11,7 +11,7 @@ import click
 
 from dws.tasks.options import DEFAULTS as TRAIN
 from dws.tasks.options import BACKENDS as TRAIN_BACKENDS
-from dws.tasks.options import MODELS, NORMALIZATIONS, TASKS, TrainOptions
+from dws.tasks.options import MODELS, NORMALIZATIONS, PRECISIONS, TASKS, TrainOptions
 from zoo.exchange import EXPORT_LAYOUTS, IMPORT_LAYOUTS
 
 
@@ -465,6 +465,11 @@ def show(store, out, count, data_root):
               help="Run the training step through torch.compile (speed only; the first steps compile, minutes on a "
                    "CPU; needs a C++ compiler there). Measured on a CPU: ng-gnn 1.66x, ng-transformer 1.36x, "
                    "ScaleGMN 1.0x (docs/dws.md).")
+@click.option("--precision", type=click.Choice(PRECISIONS), default=TRAIN["precision"], show_default=True,
+              help="The training step's arithmetic: fp32, or bf16 (torch.autocast: products in bfloat16; parameters, "
+                   "optimizer and evaluation stay float32). bf16 is faster on GPUs and on CPUs with native bfloat16 "
+                   "(AVX512-BF16, AMX), slower on others; it changes the trained function beyond rounding, so a "
+                   "resumed run keeps its precision (docs/train.md, \"Precision\").")
 @click.option("--device", default=TRAIN["device"], show_default=True,
               help="auto (CUDA where available, else the CPU), cpu, cuda or cuda:N.")
 @click.option("--patience", type=int, default=TRAIN["patience"],

@@ -7,6 +7,7 @@
         --models dwsnet,nfn-np,nfn-hnp,ng-gnn,ng-transformer,scalegmn,scalegmn-b   # the MNIST INR models
     python benchmarks/weight_models.py --device cuda ...     # the same table on a GPU (each step synchronized)
     python benchmarks/weight_models.py --compile ...         # each step also through torch.compile (zoo train --compile)
+    python benchmarks/weight_models.py --bf16 ...            # each step also under bfloat16 autocast (zoo train --precision bf16)
 
 Each model is built as ``zoo train`` builds it (``dws.tasks.models.build_model``: the DWSNet with
 ``--input-reduction``, the baselines sized to its parameter count) and trained with AdamW on a
@@ -22,6 +23,11 @@ warm-ups; the first compiled step (compiling forward and backward) is printed, n
 table gives each model's time as a multiple of the DWSNet's: eager over eager, compiled over the
 DWSNet's eager step and over its compiled one (the issue's "within 3x", read per model). A model
 whose step does not compile keeps its eager row, and the table says why.
+
+With ``--bf16`` each worker alternates float32 steps with steps under ``zoo train --precision bf16``'s
+autocast (``dws.tasks.trainer.step_precision``), ``--iters`` of each after two warm-ups of each, so both
+see the same load; a third table gives each model's bf16 step, its speedup over its own float32 step,
+and its time as a multiple of the DWSNet's float32 step.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dws.tasks.allocator import retain_freed_memory  # noqa: E402
 from dws.tasks.models import build_model  # noqa: E402
 from dws.tasks.options import MODELS  # noqa: E402
-from dws.tasks.trainer import compiled  # noqa: E402
+from dws.tasks.trainer import TrainConfig, compiled, step_precision  # noqa: E402
 from dws.weightspace import WeightSpace  # noqa: E402
 from zoo.devices import resolve_device  # noqa: E402
 
@@ -74,9 +80,10 @@ def measure(args) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
 
-    def step_time(step_model) -> float:
+    def step_time(step_model, precision: str = "fp32") -> float:
         t0 = time.perf_counter()
-        loss = torch.nn.functional.mse_loss(step_model(ws), target)
+        with step_precision(TrainConfig(precision=precision, device=device)):
+            loss = torch.nn.functional.mse_loss(step_model(ws), target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -89,7 +96,12 @@ def measure(args) -> dict:
         return statistics.median([step_time(step_model) for _ in range(args.iters + 2)][2:])
 
     before = peak_memory_mb(device)
-    row = {"model": args.model, "params": desc["params"], "step_s": median_step(model)}
+    if args.bf16:  # float32 and bf16 steps alternated, so that both see the same load
+        pairs = [(step_time(model), step_time(model, "bf16")) for _ in range(args.iters + 2)][2:]
+        row = {"model": args.model, "params": desc["params"], "step_s": statistics.median(p[0] for p in pairs),
+               "bf16_s": statistics.median(p[1] for p in pairs)}
+    else:
+        row = {"model": args.model, "params": desc["params"], "step_s": median_step(model)}
     row["peak_mb"] = peak_memory_mb(device) - before
     if args.compile:  # the same model, optimizer and batch, the step as zoo train --compile runs it
         try:
@@ -117,6 +129,9 @@ def main():
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("--compile", action="store_true",
                    help="also time each model's step through torch.compile (as zoo train --compile)")
+    p.add_argument("--bf16", action="store_true",
+                   help="also time each model's step under bfloat16 autocast (as zoo train --precision bf16), "
+                        "alternated with its float32 steps")
     p.add_argument("--model", help=argparse.SUPPRESS)  # a worker process: measure this one model
     args = p.parse_args()
     try:
@@ -134,7 +149,7 @@ def main():
         cmd = [sys.executable, __file__, "--model", model, "--widths", ",".join(map(str, args.widths)),
                "--hidden-channels", str(args.hidden_channels), "--input-reduction", str(args.input_reduction),
                "--activation", args.activation, "--batch", str(args.batch), "--iters", str(args.iters), "--threads", str(args.threads),
-               "--device", args.device] + (["--compile"] if args.compile else [])
+               "--device", args.device] + (["--compile"] if args.compile else []) + (["--bf16"] if args.bf16 else [])
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
             print(f"{model}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
@@ -143,7 +158,9 @@ def main():
         compiled_note = "" if not args.compile else (
             f", compiled {rows[-1]['compiled_s']:.4f} s/step (compiling {rows[-1]['compile_s']:.0f} s)"
             if "compiled_s" in rows[-1] else f", compiling failed ({rows[-1]['compile_error']})")
-        print(f"{model}: {rows[-1]['step_s']:.4f} s/step{compiled_note}", file=sys.stderr, flush=True)  # kept if cut
+        bf16_note = f", bf16 {rows[-1]['bf16_s']:.4f} s/step" if args.bf16 else ""
+        print(f"{model}: {rows[-1]['step_s']:.4f} s/step{compiled_note}{bf16_note}", file=sys.stderr,
+              flush=True)  # kept if cut
     base = next(r for r in rows if r["model"] == "dwsnet")
     where = f"{args.threads} CPU thread(s)" if args.device == "cpu" else torch.cuda.get_device_name(args.device)
     print(f"input networks {'-'.join(map(str, args.widths))}, batch {args.batch}, {where}, "
@@ -155,6 +172,18 @@ def main():
               f"{rate / (args.batch / base['step_s']):>9.2f} {r['peak_mb']:>8.0f}")
     if args.compile:
         print_compiled(rows, base)
+    if args.bf16:
+        print_bf16(rows, base)
+
+
+def print_bf16(rows: list[dict], base: dict):
+    """Each model's step under bfloat16 autocast: its speedup over its own float32 step, and its time as
+    a multiple of the DWSNet's float32 step (the issue's "within 3x", with bf16 for that model alone)."""
+    print()
+    print(f"{'model':<15} {'fp32 s/step':>11} {'bf16 s/step':>11} {'bf16 speedup':>12} {'bf16 x DWSNet fp32':>18}")
+    for r in rows:
+        print(f"{r['model']:<15} {r['step_s']:>11.3f} {r['bf16_s']:>11.3f} {r['step_s'] / r['bf16_s']:>12.2f} "
+              f"{r['bf16_s'] / base['step_s']:>18.2f}")
 
 
 def print_compiled(rows: list[dict], base: dict):

@@ -92,6 +92,9 @@ CLASSIFIER_ZOO_DEFAULTS = dict(target="test_accuracy", hidden_channels=16, input
 # how the DWSNet runs (dws.nn.fast.accelerate's backends; tests/test_train.py checks they agree):
 # auto = native C kernels where they apply, else fused PyTorch; plain = the paper's modules as written
 BACKENDS = ("auto", "native", "pytorch", "plain")
+# the training step's arithmetic (--precision; dws.tasks.trainer.AUTOCAST_DTYPES): fp32, or bfloat16 autocast.
+# No float16: it needs loss scaling, which bfloat16 (float32's exponent range) does not
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -122,6 +125,9 @@ class TrainOptions:
     precise_bn: int = 4096  # BN statistics re-estimated on this many clean train networks per evaluation; 0: off
     loader_workers: int = 0
     compile: bool = False  # the training step through torch.compile (speed only: same function)
+    # the training step's arithmetic (PRECISIONS): fp32, or bf16 autocast (products in bfloat16; parameters,
+    # optimizer and evaluation stay float32). Not speed only: the trained function differs beyond rounding
+    precision: str = "fp32"
     device: str = "auto"
     patience: int | None = None
     # train on N networks of the train split only, spread over it: a fixed random subset (stratified by
@@ -167,7 +173,7 @@ def check_options(opts: TrainOptions) -> None:
     if not 0 <= opts.dropout < 1:
         raise ValueError(f"--dropout must be in [0, 1), got {opts.dropout}")
     for flag, value, choices in (("--model", opts.model, MODELS), ("--task", opts.task, TASKS),
-                                 ("--backend", opts.backend, BACKENDS)):
+                                 ("--backend", opts.backend, BACKENDS), ("--precision", opts.precision, PRECISIONS)):
         if value not in choices and not (flag == "--task" and value is None):
             raise ValueError(f"{flag} {value!r} is not one of {', '.join(choices)}")
     if opts.model != "dwsnet":

@@ -157,12 +157,13 @@ def check_store(store: WeightStore, task: Task, opts: TrainOptions, ranges: dict
 SPEED_ONLY = ("out", "progress", "loader_workers", "compile", "device", "backend", "address", "resume")
 
 
-# options added after runs were first checkpointed (both 2026-11-27), and the value that reproduces
-# a run saved before they existed: per-entry normalization, as every run normalized then (adapt: none,
-# its models take raw networks); the default budget (before it, each split was held whole up to 2 GiB,
-# which the default budget also holds whole unless the model's share leaves less room)
+# options added after runs were first checkpointed (2026-11-27, --precision 2026-11-28), and the value that
+# reproduces a run saved before they existed: per-entry normalization, as every run normalized then (adapt:
+# none, its models take raw networks); the default budget (before it, each split was held whole up to 2 GiB,
+# which the default budget also holds whole unless the model's share leaves less room); float32 steps
 LEGACY_SETTINGS = {"normalize": lambda opts: None if opts.normalize is None else "entry",
-                   "max_memory": lambda opts: DEFAULT_MAX_MEMORY}
+                   "max_memory": lambda opts: DEFAULT_MAX_MEMORY,
+                   "precision": lambda opts: "fp32"}
 
 
 def option_flag(name: str) -> str:

@@ -78,7 +78,8 @@ def fit_run(run: PreparedRun, log=print, train_fn=train, shard: tuple[int, int] 
         return result
 
     base = TrainConfig(epochs=opts.epochs, lr=opts.lr or PAPER_LRS[0], seed=opts.seed, device=run.device,
-                       patience=opts.patience, progress=opts.progress, compile=opts.compile)
+                       patience=opts.patience, progress=opts.progress, compile=opts.compile,
+                       precision=opts.precision)
     if opts.lr is None:
         return run_protocol(fit, task, base, seeds=opts.seeds, log=log)
     return summarize(task, opts.lr, opts.seed, [fit(replace(base, seed=opts.seed + s)) for s in range(opts.seeds)],

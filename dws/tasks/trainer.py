@@ -46,6 +46,7 @@ class TrainConfig:
     progress: bool = True
     temperature: float = 0.1  # NT-Xent, SSL only
     compile: bool = False  # the training forward through torch.compile; evaluation stays eager
+    precision: str = "fp32"  # the training step's arithmetic (AUTOCAST_DTYPES); evaluation stays float32
 
 
 class Predictions(NamedTuple):
@@ -160,6 +161,21 @@ def compiled(model: torch.nn.Module, device: str) -> torch.nn.Module:
     return torch.compile(model)
 
 
+# --precision: the dtype the training step's products run in under torch.autocast (None: plain float32).
+# Parameters, their gradients, AdamW's state and every evaluation stay float32; autocast keeps reductions,
+# norms and losses in float32 itself. bfloat16 has float32's exponent range, so no loss scaling is needed
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def step_precision(config: TrainConfig):
+    """The context a training step runs in: ``torch.autocast`` to ``config.precision``'s dtype on the
+    training device, or nothing for fp32. ValueError (one line) for a precision that has no dtype here."""
+    if config.precision not in AUTOCAST_DTYPES:
+        raise ValueError(f"--precision {config.precision!r} is not one of {', '.join(AUTOCAST_DTYPES)}")
+    dtype = AUTOCAST_DTYPES[config.precision]
+    return torch.autocast(torch.device(config.device).type, dtype=dtype, enabled=dtype is not None)
+
+
 def train(
     model: torch.nn.Module,
     task: Task,
@@ -220,7 +236,8 @@ def train(
             ws, target = _to(batch, device)
             if augment is not None:
                 ws = augment(ws)
-            loss = task.loss(step_model, ws, target, config.temperature)
+            with step_precision(config):
+                loss = task.loss(step_model, ws, target, config.temperature)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"epoch {epoch}: training loss is {loss.item()}; lower the learning rate")
             opt.zero_grad(set_to_none=True)

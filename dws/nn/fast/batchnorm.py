@@ -20,6 +20,7 @@ from torch import nn
 
 from dws.nn.fast import native_pools
 from dws.nn.fast.bn_relu import bn_relu_product_train, bn_relu_train, native_applies
+from dws.nn.fast.guard import autocasting
 from dws.nn.fast.pending import PendingSum
 from dws.nn.pointwise import WSBatchNorm
 from dws.weightspace import WeightSpace
@@ -33,6 +34,8 @@ class FusedBatchNorm(WSBatchNorm):
     the native kernels."""
 
     def forward(self, ws: WeightSpace) -> WeightSpace:
+        if autocasting(ws.weights[0]):
+            return super().forward(ws)
         return self.forward_parts(ws.weights, ws.biases)
 
     def forward_parts(self, weights: Sequence[Tensor | PendingSum], biases: Sequence[Tensor | PendingSum],
@@ -77,6 +80,8 @@ class FusedBatchNorm(WSBatchNorm):
         return bn_relu_product_train(bn, x.full, *terms, weight, dims)
 
     def normalize(self, bn: nn.BatchNorm1d, x: Tensor | PendingSum) -> Tensor:
+        if isinstance(x, Tensor) and autocasting(x):  # (the plain forward calls it, also under autocast)
+            return super().normalize(bn, x)
         if isinstance(x, PendingSum):
             terms = x.row_and_column() if self.relu else None
             if terms is not None and native_applies(bn, x.full, *terms):

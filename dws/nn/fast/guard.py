@@ -15,6 +15,7 @@ module is called, which is always correct, only slower.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
@@ -52,6 +53,14 @@ def _hooks_visible() -> bool:
 
 
 HOOKS_VISIBLE = _hooks_visible()
+
+
+def autocasting(tensor) -> bool:
+    """``torch.autocast`` is on for ``tensor``'s device (``zoo train --precision bf16``). The fused forms'
+    autograd nodes and kernels are float32 code that mixes their inputs' dtype with float32 parameters, so
+    under autocast every fused form steps aside for its plain module's forward, which autocast runs in its
+    dtype as it would any model's (docs/dws.md, "Accelerator")."""
+    return torch.is_autocast_enabled(tensor.device.type)
 
 
 def fusable(module: nn.Module, cls: type) -> bool:

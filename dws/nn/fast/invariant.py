@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dws.nn.fast.guard import autocasting
 from dws.nn.fast.pools import FastPooledInputs
 from dws.nn.invariant import DWSInvariantLayer
 
@@ -13,5 +14,7 @@ class FusedInvariantLayer(DWSInvariantLayer):
 
     use_native: bool
 
-    def pooled_inputs(self, tensors: dict) -> FastPooledInputs:
+    def pooled_inputs(self, tensors: dict):
+        if autocasting(next(iter(tensors.values()))):
+            return super().pooled_inputs(tensors)
         return FastPooledInputs(tensors, self.pool, self.use_native)

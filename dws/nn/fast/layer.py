@@ -24,6 +24,7 @@ from typing import Sequence
 
 import torch
 
+from dws.nn.fast.guard import autocasting
 from dws.nn.fast.identity import MatmulAndMaxPools
 from dws.nn.fast.matmul import mix_channels
 from dws.nn.fast.pending import PendingSum
@@ -72,6 +73,8 @@ class FusedDWSLayer(DWSLayer):
     use_native: bool
 
     def forward(self, ws: WeightSpace) -> WeightSpace:
+        if autocasting(ws.weights[0]):
+            return super().forward(ws)
         weights, biases = self.forward_parts(ws, pending=False)
         return WeightSpace(tuple(weights), tuple(biases))
 

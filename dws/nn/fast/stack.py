@@ -19,7 +19,7 @@ from __future__ import annotations
 from torch import nn
 
 from dws.nn.fast.batchnorm import FusedBatchNorm
-from dws.nn.fast.guard import fusable
+from dws.nn.fast.guard import autocasting, fusable
 from dws.nn.fast.layer import FusedDWSLayer
 from dws.weightspace import WeightSpace
 
@@ -29,6 +29,8 @@ class FusedStack(nn.Sequential):
     :func:`dws.nn.fast.accelerate` (only with the native kernels: the fusions are theirs)."""
 
     def forward(self, ws: WeightSpace) -> WeightSpace:
+        if autocasting(ws.weights[0]):  # every module called, each on its plain path
+            return super().forward(ws)
         mods = list(self)
         ready = None  # the next DWS layer's identity products and pools, computed by a batch norm
         i = 0
