@@ -176,6 +176,10 @@ def test_the_commands_refuse_a_budget_in_one_line(synth, tmp_path):
         assert result.output.endswith(errors[0] + "\n")  # the last line, nothing after it
     assert not (tmp_path / "run").exists()
     assert "needs at least" in runner.invoke(main, ["verify", str(synth.root), "--max-memory", "100M"]).output
+    assert "without a unit" not in runner.invoke(main, ["verify", str(synth.root), "--max-memory", "100M"]).output
+    # a unit left out: 8 bytes, said so with the size it probably meant
+    bare = runner.invoke(main, ["verify", str(synth.root), "--max-memory", "8"]).output
+    assert "--max-memory 8 B is too small" in bare and "a size without a unit counts bytes: write e.g. 8G" in bare
     ok = runner.invoke(main, ["verify", str(synth.root), "--max-memory", "1G"])
     assert ok.exit_code == 0, ok.output
     # (info cannot summarize a synthetic store, which has no PSNR column; it gets past the budget)

@@ -155,5 +155,7 @@ def require_memory(flag: str, budget: int, needs: dict[str, int], what: str) -> 
     least = sum(needs.values())
     if budget < least:
         parts = ", ".join(f"{name} {format_size(size)}" for name, size in needs.items())
+        # a budget under a MiB is a unit left out (``--max-memory 8`` is 8 bytes), never a real budget
+        unit = f" (a size without a unit counts bytes: write e.g. {budget}G)" if budget < 2**20 else ""
         raise ValueError(f"{flag} {format_size(budget)} is too small: {what} needs at least {format_size(least)} "
-                         f"({parts}); raise {flag}")
+                         f"({parts}); raise {flag}{unit}")
