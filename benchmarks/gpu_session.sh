@@ -153,9 +153,10 @@ dws_stage() {
 models_stage() {
     has_cuda || { echo "skipped: no CUDA"; return 0; }
     # the weight-space models of issue 32 on the MNIST INRs' architecture, batch 64 (eager), each in
-    # its own process (~10 s of start-up each on the GPU machine)
+    # its own process (~10 s of start-up each on the GPU machine); --bf16: each also under zoo train
+    # --precision bf16's autocast, alternated with its float32 steps
     $PY benchmarks/weight_models.py --device cuda --widths 2,32,32,1 --hidden-channels 48 --input-reduction 0 \
-        --batch 64 --iters 5 --models dwsnet,nfn-np,nfn-hnp,ng-gnn,ng-transformer,scalegmn,scalegmn-b
+        --batch 64 --iters 5 --bf16 --models dwsnet,nfn-np,nfn-hnp,ng-gnn,ng-transformer,scalegmn,scalegmn-b
 }
 
 export -f dws_stage models_stage clfgen_stage

@@ -272,7 +272,8 @@ def test_the_benchmark_times_the_compiled_step_and_keeps_the_eager_row(compiles,
 
     monkeypatch.setattr(torch, "compile", fake_compile)
     args = argparse.Namespace(model="ng-gnn", widths=[2, 3, 1], hidden_channels=4, input_reduction=0,
-                              activation="sine", batch=4, iters=1, threads=1, device="cpu", compile=True)
+                              activation="sine", batch=4, iters=1, threads=1, device="cpu", compile=True,
+                              bf16=False)
     row = bench.measure(args)
     assert row["step_s"] > 0
     assert (len(wrapped) == 1 and row["compiled_s"] > 0) if compiles else \

@@ -169,3 +169,29 @@ def test_an_accelerated_dwsnet_under_autocast_is_its_plain_modules_under_autocas
     assert torch.equal(fast_out, plain_out)
     assert len(fast_grads) == len(plain_grads) and all(torch.equal(a, b) for a, b in zip(fast_grads, plain_grads))
     assert not torch.equal(step("fp32")[0], fast_out)
+
+
+def test_the_benchmark_times_each_models_bf16_step_beside_its_float32_one(monkeypatch, capsys):
+    """``benchmarks/weight_models.py --bf16``: the worker alternates float32 steps with steps under the
+    trainer's own autocast context (seen here: each bf16 step enters it), and the table gives the
+    speedup and the ratio to the DWSNet's float32 step."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "weight_models.py"
+    spec = importlib.util.spec_from_file_location("weight_models_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    entered = []
+    real = bench.step_precision
+    monkeypatch.setattr(bench, "step_precision", lambda config: entered.append(config.precision) or real(config))
+    args = argparse.Namespace(model="nfn-hnp", widths=[2, 5, 1], hidden_channels=8, input_reduction=0,
+                              activation="sine", batch=4, iters=2, threads=1, device="cpu", compile=False, bf16=True)
+    row = bench.measure(args)
+    assert entered == ["fp32", "bf16"] * 4 and row["step_s"] > 0 and row["bf16_s"] > 0
+    base = {"model": "dwsnet", "step_s": 2.0, "bf16_s": 4.0}
+    bench.print_bf16([base, {**row, "step_s": 1.0, "bf16_s": 0.5}], base)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].split()[1:] == ["2.000", "4.000", "0.50", "2.00"]
+    assert lines[-1].split()[1:] == ["1.000", "0.500", "2.00", "0.25"]
