@@ -381,6 +381,19 @@ def test_full_cells_of_the_neural_graphs_train_compiled():
     assert not cell_options(SCALES["full"], Path("/s/full-mnist-inr"), Path("/o"), "scalegmn", 1e-3).compile
 
 
+def test_full_cells_of_scalegmn_train_in_bf16_and_no_other_cell_does():
+    """--precision bf16 (part of a run's identity) for ScaleGMN's full cells only; the cell's zoo train
+    command says so, and the ci cells whose lr they take stay float32."""
+    from dws.tasks.options import MODELS
+    from pipelines.weight_models import SCALES, cell_options, train_command
+
+    for model in MODELS:
+        full = cell_options(SCALES["full"], Path("/s/full-mnist-inr"), Path("/o"), model, 1e-3)
+        bf16 = model in ("scalegmn", "scalegmn-b")
+        assert (full.precision == "bf16") == bf16 and ("--precision bf16" in train_command(full)) == bf16, model
+        assert cell_options(SCALES["ci"], Path("/s/ci-mnist-inr"), Path("/o"), model, None).precision == "fp32"
+
+
 def test_a_finished_cell_of_older_model_code_is_moved_aside_and_trained_anew(stores, tmp_path, monkeypatch):
     """A model version bump (dws.tasks.options.MODEL_VERSIONS) makes its finished cell another cell: the
     old run directory is kept beside it as RUN.model-vN, said in one line; the other cells are reused."""
