@@ -18,13 +18,15 @@ from click.testing import CliRunner
 from cli import main
 from dws.stream.memory import activation_bytes, network_bytes, plan_memory, worker_budget
 from dws.stream.synthetic import write_synthetic_store
-from dws.tasks.checkpoint import CHECKPOINTS, SETTINGS, Checkpoint, CheckpointError
+from dws.tasks.checkpoint import CHECKPOINTS, SETTINGS, CheckpointError
 from dws.tasks.models import build_model
 from dws.tasks.options import ACTIVATION_PEAK, MODELS, TrainOptions
 from dws.tasks.prepare import prepare_run
 from dws.tasks.run import train_run
 from zoo.options import DEFAULT_MAX_MEMORY, RUNTIME_BYTES, format_size
 from zoo.store import WeightStore
+
+from test_resume import interrupted, without_seconds  # a kill right after a checkpoint write
 
 ROOT = Path(__file__).resolve().parent.parent
 QUIET = dict(log=lambda *_: None)
@@ -199,27 +201,6 @@ def test_workers_share_one_budget_after_the_drivers_runtime(synth, tmp_path):
 
 
 # ------------------------------------------------------------------------------ old checkpoints
-class Interrupted(BaseException):
-    """A kill right after a checkpoint was written."""
-
-
-def interrupted_after_first_epoch(opts: TrainOptions, monkeypatch) -> None:
-    real = Checkpoint.save
-
-    def save(self, objects, values):
-        real(self, objects, values)
-        raise Interrupted
-
-    monkeypatch.setattr(Checkpoint, "save", save)
-    with pytest.raises(Interrupted):
-        train_run(opts, **QUIET)
-    monkeypatch.undo()
-
-
-def without_seconds(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items() if k not in ("seconds", "run_dir")}
-
-
 def test_a_run_checkpointed_before_the_options_existed_resumes_to_the_uninterrupted_result(synth, tmp_path,
                                                                                             monkeypatch):
     """Its saved settings lack --normalize and --max-memory: it resumes with entry normalization (as it
@@ -227,7 +208,7 @@ def test_a_run_checkpointed_before_the_options_existed_resumes_to_the_uninterrup
     began = dwsnet(synth, tmp_path / "reference", normalize="entry", dropout=0.1)
     reference = train_run(began, **QUIET)
     old = replace(began, out=str(tmp_path / "old"))
-    interrupted_after_first_epoch(old, monkeypatch)
+    interrupted(old, monkeypatch, 1)
     settings_path = tmp_path / "old" / CHECKPOINTS / SETTINGS
     settings = json.loads(settings_path.read_text())
     for flag in ("--normalize", "--max-memory"):
@@ -246,7 +227,7 @@ def test_a_run_checkpointed_before_the_options_existed_resumes_to_the_uninterrup
 
 def test_a_run_saved_with_the_options_is_still_refused_other_values(synth, tmp_path, monkeypatch):
     opts = dwsnet(synth, tmp_path / "run", normalize="entry")
-    interrupted_after_first_epoch(opts, monkeypatch)
+    interrupted(opts, monkeypatch, 1)
     lines = []
     with pytest.raises(CheckpointError, match="--normalize: unfinished run 'entry', now 'orbit'"):
         train_run(replace(opts, normalize=None), log=lines.append)

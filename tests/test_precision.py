@@ -11,12 +11,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from dws.tasks.checkpoint import CHECKPOINTS, Checkpoint, CheckpointError
+from dws.tasks.checkpoint import CHECKPOINTS, CheckpointError
 from dws.tasks.models import build_model
 from dws.tasks.options import MODELS, PRECISIONS, TrainOptions, check_options
 from dws.tasks.run import train_run
 from dws.tasks.trainer import AUTOCAST_DTYPES, TrainConfig, step_precision
 from dws.weightspace import WeightSpace
+from test_resume import interrupted  # a kill right after a checkpoint write
 
 QUIET = dict(log=lambda *_: None)
 ARGS = dict(model="mlp", task="classify", epochs=2, lr=1e-3, seeds=1, batch_size=8, hidden_channels=8,
@@ -105,22 +106,9 @@ def test_a_bf16_run_trains_another_function_records_its_precision_and_evaluates_
     assert evaluated["accuracy"] == pytest.approx(recorded["accuracy"], abs=0)
 
 
-class Interrupted(Exception):
-    pass
-
-
 def test_an_unfinished_bf16_run_resumes_in_bf16_only(tiny_store, tmp_path, monkeypatch):
     opts = TrainOptions(store=str(tiny_store), out=str(tmp_path / "run"), precision="bf16", **ARGS)
-    real = Checkpoint.save
-
-    def save(self, objects, values):
-        real(self, objects, values)
-        raise Interrupted
-
-    monkeypatch.setattr(Checkpoint, "save", save)
-    with pytest.raises(Interrupted):
-        train_run(opts, **QUIET)
-    monkeypatch.undo()
+    interrupted(opts, monkeypatch, 1)
     with pytest.raises(CheckpointError, match="--precision: unfinished run 'bf16', now 'fp32'"):
         train_run(replace(opts, precision="fp32"), **QUIET)
     assert (tmp_path / "run" / CHECKPOINTS).is_dir()  # refused, nothing lost
