@@ -183,3 +183,19 @@ def test_the_benchmark_times_each_models_bf16_step_beside_its_float32_one(monkey
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2].split()[1:] == ["2.000", "4.000", "0.50", "2.00"]
     assert lines[-1].split()[1:] == ["1.000", "0.500", "2.00", "0.25"]
+
+
+def test_the_adaptation_task_trains_in_bf16(pair_store, tmp_path):
+    """--task adapt (the adapter's output is a weight space, judged by running the adapted classifiers on
+    images inside the loss): a bf16 run trains, records its precision, and reports finite accuracies."""
+    from cli import main
+
+    out = tmp_path / "adapt"
+    result = CliRunner().invoke(main, ["train", str(pair_store), "--task", "adapt", "--out", str(out), "--epochs", "1",
+                                       "--lr", "1e-3", "--batch-size", "4", "--hidden-channels", "4",
+                                       "--num-layers", "1", "--input-reduction", "4", "--precision", "bf16"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "config.json").read_text())["options"]["precision"] == "bf16"
+    test = json.loads((out / "metrics.json").read_text())["test"]
+    test = test[0] if isinstance(test, list) else test
+    assert all(torch.isfinite(torch.tensor(float(v))) for v in test.values() if isinstance(v, (int, float)))
