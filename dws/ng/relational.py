@@ -36,9 +36,14 @@ def xavier_linear(in_features: int, out_features: int, bias: bool = True, per_ed
     return m
 
 
-def query_major(edges: Tensor, transposed: bool) -> Tensor:
-    """Edges between a query layer and a key layer as ``[B, d_query, d_key, ...]`` (a view)."""
-    return edges.transpose(1, 2) if transposed else edges
+def per_head_sum(a: Tensor, values: Tensor) -> Tensor:
+    """``y[..., h, :] = sum_j a[..., h, j] values[..., j, h, :]``: ``a`` ``[..., H, m]``, ``values``
+    ``[..., m, H, h]`` -> ``[..., H, h]``. One matmul of every head's weights with all ``H * h`` channels,
+    of which head ``h``'s own are kept (``H`` times the products needed, still a small matmul): ``values``
+    and its gradient stay in their stored layout, where a per-head product (``einsum``) copies both
+    into ``[..., H, m, h]``."""
+    every = torch.matmul(a, values.flatten(-2)).unflatten(-1, (values.shape[-2], -1))  # [..., H, H, h]
+    return every.diagonal(dim1=-3, dim2=-2).transpose(-1, -2)
 
 
 class RelationalAttention(nn.Module):
@@ -74,24 +79,28 @@ class RelationalAttention(nn.Module):
         for l in range(L + 1):
             others = [m for m in range(L + 1) if abs(m - l) != 1]
             keys = torch.cat([k[m] for m in others], dim=1) + k0
-            values = [torch.cat([v[m] for m in others], dim=1) * m0 + v0]
-            logits = [torch.einsum("bnhd,bmhd->bhnm", q[l] + q0, keys)]
-            # (key layer, its edges as stored, whether stored as [B, d_m, d_l, E] rather than [B, d_l, d_m, E])
-            neighbours = ([(l - 1, graph.backward[l - 1], False)] if l > 0 else []) + \
-                         ([(l + 1, graph.forward[l], True)] if l < L else [])
-            for m, stored, transposed in neighbours:  # query l, key m
-                # each map applied to the edges as stored (a contiguous product), then seen as [B, d_l, d_m, ...]
-                qe, ke, me = (query_major(linear(stored, w), transposed).unflatten(-1, (self.heads, -1))
-                              for w in edge_qkm)
-                logits.append(torch.linalg.vecdot(q[l][:, :, None] + qe, k[m][:, None] + ke).permute(0, 3, 1, 2))
-                values.append(v[m][:, None] * me)  # [B, d_l, d_m, H, h]; its V e term is added below
-            attention = torch.softmax(torch.cat(logits, dim=-1) * self.scale, dim=-1)
-            parts = attention.split([t.shape[-1] for t in logits], dim=-1)
-            y = torch.einsum("bhnm,bmhd->bnhd", parts[0], values[0])
-            for a, val, (_, stored, transposed) in zip(parts[1:], values[1:], neighbours):
+            others_values = torch.cat([v[m] for m in others], dim=1) * m0 + v0
+            logits = [torch.einsum("bnhd,bmhd->bnmh", q[l] + q0, keys)]  # [B, d_l, d_m, H]: heads last, see below
+            # (key layer, its edges as [B, d_l, d_m, E]): the reverse edges l -> l - 1 are stored so; the forward
+            # ones l -> l + 1, stored [B, d_{l+1}, d_l, E], are transposed once here (E channels), so that every
+            # per-edge tensor below is contiguous and no [B, d_l, d_m, H, h] tensor or gradient is ever permuted
+            neighbours = ([(l - 1, graph.backward[l - 1])] if l > 0 else []) + \
+                         ([(l + 1, graph.forward[l].transpose(1, 2).contiguous())] if l < L else [])
+            values = []
+            for m, e in neighbours:  # query l, key m
+                qe, ke, me = (linear(e, w).unflatten(-1, (self.heads, -1)) for w in edge_qkm)  # [B, d_l, d_m, H, h]
+                logits.append(torch.linalg.vecdot(q[l][:, :, None] + qe, k[m][:, None] + ke))
+                values.append(v[m][:, None] * me)  # its V e term is added below
+            # softmax over the keys in [B, d_l, N, H]: the logits' gradients then reach vecdot in its own layout,
+            # and so qe's and ke's in theirs (in [B, H, d_l, N] they came back permuted, and were copied)
+            attention = torch.softmax(torch.cat(logits, dim=2) * self.scale, dim=2)
+            parts = attention.split([t.shape[2] for t in logits], dim=2)
+            y = torch.einsum("bnmh,bmhd->bnhd", parts[0], others_values)
+            for a, val, (_, e) in zip(parts[1:], values, neighbours):
+                a = a.transpose(2, 3)  # [B, d_l, H, d_m]
                 # sum_j a_ij V e_ij = V sum_j a_ij e_ij: the edges are pooled per head, then mapped once per node
-                pooled = torch.einsum("bhnm,bnme->bnhe", a, query_major(stored, transposed))
-                y = y + torch.einsum("bhnm,bnmhd->bnhd", a, val) + torch.einsum("bnhe,hde->bnhd", pooled, value)
+                pooled = torch.matmul(a, e)  # [B, d_l, H, E]
+                y = y + per_head_sum(a, val) + torch.einsum("bnhe,hde->bnhd", pooled, value)
             out.append(self.proj_out(y.flatten(-2)))
         return out
 
