@@ -34,8 +34,6 @@ class FusedBatchNorm(WSBatchNorm):
     the native kernels."""
 
     def forward(self, ws: WeightSpace) -> WeightSpace:
-        if autocasting(ws.weights[0]):
-            return super().forward(ws)
         return self.forward_parts(ws.weights, ws.biases)
 
     def forward_parts(self, weights: Sequence[Tensor | PendingSum], biases: Sequence[Tensor | PendingSum],
@@ -80,7 +78,7 @@ class FusedBatchNorm(WSBatchNorm):
         return bn_relu_product_train(bn, x.full, *terms, weight, dims)
 
     def normalize(self, bn: nn.BatchNorm1d, x: Tensor | PendingSum) -> Tensor:
-        if isinstance(x, Tensor) and autocasting(x):  # (the plain forward calls it, also under autocast)
+        if isinstance(x, Tensor) and autocasting(x):  # every path to a tensor's normalization comes here
             return super().normalize(bn, x)
         if isinstance(x, PendingSum):
             terms = x.row_and_column() if self.relu else None
