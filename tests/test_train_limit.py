@@ -5,6 +5,7 @@ limit meant the first N are not resumed as if it meant this."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -21,7 +22,8 @@ from dws.stream.rows import LIMIT_SELECTION, selected_mask
 from dws.tasks.checkpoint import CHECKPOINTS, SETTINGS, CheckpointError
 from dws.tasks.options import TrainOptions
 from dws.tasks.prepare import LIMIT_SETTING, prepare_run
-from dws.tasks.rundir import finished_run
+from dws.tasks import rundir
+from dws.tasks.rundir import evaluate_run, finished_run
 from dws.tasks.run import train_run
 from zoo.fit.siren import SirenSpec
 from zoo.store import WeightStore
@@ -233,3 +235,31 @@ def test_an_old_finished_run_with_a_limit_is_not_reused_but_still_evaluates(stor
     assert finished_run(opts) is None  # its networks were the first 40: trained again, not reused
     evaluated = CliRunner().invoke(main, ["eval", str(tmp_path / "run"), str(store.root), "--split", "val"])
     assert evaluated.exit_code == 0 and '"networks": 30' in evaluated.output, evaluated.output
+
+
+def test_eval_probes_on_the_networks_the_run_trained_on(store, tmp_path, monkeypatch):
+    """The SSL task's linear probe fits on the train networks: during training those of --train-limit,
+    so ``zoo eval`` of the run fits it on the same subset and reproduces the recorded test metric."""
+    opts = options(store, tmp_path / "ssl", task="ssl", seeds=1, epochs=1, precise_bn=0)
+    train_run(opts, **QUIET)
+    recorded = json.loads((tmp_path / "ssl" / "metrics.json").read_text())["test"][0]["probe_mse"]
+    probed = []
+    evaluate = rundir.evaluate
+    monkeypatch.setattr(rundir, "evaluate", lambda model, task, loader, device, probe: (
+        probed.append(probe.num_networks), evaluate(model, task, loader, device, probe))[1])
+    evaluated = evaluate_run(tmp_path / "ssl", store.root)
+    assert evaluated["networks"] == 30 and "note" not in evaluated
+    assert probed == [40] and evaluated["probe_mse"] == pytest.approx(recorded, rel=1e-6)
+    # without the limit the probe sees the whole split (238 usable networks)
+    whole = tmp_path / "whole"
+    shutil.copytree(tmp_path / "ssl", whole)
+    best = torch.load(whole / "best.pt", weights_only=False)  # the run's config, as zoo eval reads it
+    best["config"]["options"]["train_limit"] = None
+    torch.save(best, whole / "best.pt")
+    evaluate_run(whole, store.root)
+    assert probed[-1] == CLASSES * PER_CLASS - len(DIVERGED)
+    # a run whose limit kept the first networks gets a note: its probe's selection is not reproduced
+    del best["config"]["train_limit_selects"]
+    best["config"]["options"]["train_limit"] = 40
+    torch.save(best, whole / "best.pt")
+    assert "the probe now fits on the spread selection" in evaluate_run(whole, store.root)["note"]

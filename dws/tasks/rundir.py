@@ -29,7 +29,7 @@ from torch import nn
 
 from dws.stream import Normalizer, WeightStoreLoader
 from dws.stream.memory import activation_bytes, model_bytes, plan_memory
-from dws.stream.rows import LIMIT_SELECTION
+from dws.stream.rows import LIMIT_SELECTION, selected_mask
 from dws.weightspace import WeightSpace
 from zoo.options import DEFAULT_MAX_MEMORY
 from zoo.store import StoreError, WeightStore
@@ -253,6 +253,14 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     return LoadedRun(run_dir, config, task, model, normalizer, evaluation_transform(model))
 
 
+def probe_selection(config: dict) -> dict:
+    """The train networks a run's linear probe fitted on while it trained (its ``--train-limit`` and
+    ``--train-views``, as loader options), so that ``zoo eval`` probes on the same selection."""
+    options = config["options"]
+    return {k: options.get(o) for k, o in (("limit", "train_limit"), ("views", "train_views"))
+            if options.get(o) is not None}
+
+
 def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test", batch_size: int | None = None,
                  data_root: str | None = None, max_memory: int = DEFAULT_MAX_MEMORY) -> dict:
     """Re-evaluate a run's best checkpoint on ``split`` of any compatible store, holding at most
@@ -265,16 +273,26 @@ def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test
     batch_size = batch_size or options.get("batch_size") or 512
     activations = activation_bytes(run.model, store.widths, batch_size, ACTIVATION_PEAK[options["model"]][1])
     read = [split] + (["train"] if task.probe and split != "train" else [])
-    memory = plan_memory(max_memory, store, {name: len(range(*store.split_range(name))) for name in read},
-                         shuffled=None, batch_size=batch_size, model_bytes=model_bytes(run.model), training=False,
-                         activations=activations)
-    probe = run.loader(store, "train", batch_size, **memory.splits["train"].loader_options()) if task.probe else None
+    sizes = {name: len(range(*store.split_range(name))) for name in read}
+    probed = probe_selection(run.config) if task.probe else {}
+    if probed and split != "train":  # the probe reads fewer train networks than the whole split
+        keep = selected_mask(store, *store.split_range("train"), **probed)
+        sizes["train"] = sizes["train"] if keep is None else int(keep.sum())
+    memory = plan_memory(max_memory, store, sizes, shuffled=None, batch_size=batch_size,
+                         model_bytes=model_bytes(run.model), training=False, activations=activations)
+    probe = (run.loader(store, "train", batch_size, **probed, **memory.splits["train"].loader_options())
+             if task.probe else None)
     loader = run.loader(store, split, batch_size, **memory.splits[split].loader_options())
     metrics = evaluate(run.model, task, loader, "cpu", probe)
     left_out = {"excluded": dict(loader.excluded)} if loader.excluded else {}  # diverged networks (status)
+    notes = []
     trained, now = recorded_version(run.config), model_version(options["model"])
-    moved = {} if trained == now else {"note": f"trained as {options['model']} version {trained}, rebuilt as version "
-                                               f"{now} (dws.tasks.options.MODEL_VERSIONS): its metrics may differ "
-                                               f"from those the run recorded"}
+    if trained != now:
+        notes.append(f"trained as {options['model']} version {trained}, rebuilt as version {now} "
+                     f"(dws.tasks.options.MODEL_VERSIONS): its metrics may differ from those the run recorded")
+    if probed.get("limit") is not None and run.config.get("train_limit_selects") != LIMIT_SELECTION:
+        notes.append(f"trained with --train-limit {probed['limit']} on the train split's first networks, before "
+                     f"the limit spread them: the probe now fits on the spread selection, not the one it trained with")
+    moved = {"note": "; ".join(notes)} if notes else {}
     return {"run": str(run.run_dir), "store": str(store.root), "split": split, "networks": loader.num_networks,
             **left_out, **moved, "report": f"{split} {task.report(metrics)}", **metrics}
