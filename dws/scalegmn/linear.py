@@ -46,7 +46,8 @@ def linear(x: Tensor | ScaledEdges, weight: Tensor, bias: Tensor | None = None) 
     edges, ``w_ij (W v_ij) + bias``."""
     if isinstance(x, ScaledEdges):
         mapped = dense_linear(x.vectors, weight)
-        return x.weights * mapped if bias is None else torch.addcmul(bias, x.weights, mapped)
+        weights = x.weights.to(mapped.dtype)  # under bf16 autocast: a bf16 product, not a float32 one per edge
+        return weights * mapped if bias is None else torch.addcmul(bias.to(mapped.dtype), weights, mapped)
     return dense_linear(x, weight, bias)
 
 

@@ -48,10 +48,12 @@ class SignSymmetrization(nn.Module):
     def branches(self, x: Tensor) -> Tensor:
         """``h_+ + h_-``, the symmetrized hidden layer of ``rho``."""
         h = linear(x, self.first.weight)
-        return nn.functional.silu(self.norm(h + self.first.bias)) + nn.functional.silu(self.norm(self.first.bias - h))
+        b = self.first.bias.to(h.dtype)  # under bf16 autocast: the per-edge branches stay bf16 (no float32 copies)
+        return nn.functional.silu(self.norm(h + b)) + nn.functional.silu(self.norm(b - h))
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(self.branches(x), self.last.weight) + 2 * self.last.bias
+        y = linear(self.branches(x), self.last.weight)
+        return y + 2 * self.last.bias.to(y.dtype)
 
     def then(self, first: nn.Linear, x: Tensor) -> Tensor:
         """``first(self(x))`` with the two consecutive linear maps multiplied into one, ``C (B h + 2c) + e =
