@@ -58,7 +58,10 @@ def aggregate(messages: Tensor, delta: float, scalers: Sequence[str] = ("identit
     B, n, k, C = messages.shape
     if k == 0:
         return messages.new_zeros(B, n, len(AGGREGATORS) * len(scalers) * C)
-    mean, mean_square, low, high = NeighbourMoments.apply(messages)
+    # bfloat16 messages (autocast) are aggregated in float32: bfloat16's min and max over this axis, and the
+    # backward's tie masks, run ~20x slower on CPUs (docs/dws.md, "Speed under bf16"); float32/64 stay as they are
+    wide = messages.to(torch.promote_types(messages.dtype, torch.float32))
+    mean, mean_square, low, high = NeighbourMoments.apply(wide)
     var = mean_square - mean * mean  # E[x^2] - E[x]^2 as PyG; 2.5x faster than var_mean over this axis here
     stats = torch.cat([mean, low, high, var.clamp(min=1e-5).sqrt()], dim=-1)
     amplification = math.log(k + 1) / delta

@@ -46,6 +46,27 @@ def per_head_sum(a: Tensor, values: Tensor) -> Tensor:
     return every.diagonal(dim1=-3, dim2=-2).transpose(-1, -2)
 
 
+class HeadDot(torch.autograd.Function):
+    """``torch.linalg.vecdot(a, b)`` of two real ``[..., H, h]`` tensors of one shape (each head's dot products).
+    In bfloat16 the backward expands the gradient over the ``h`` channels once, contiguously, for both products:
+    multiplied in broadcast along the innermost axis (autograd's way, kept for float32, where it is vectorized)
+    it runs one element at a time on CPUs (a bfloat16 vector holds 32 values, a head 16), ~10x slower
+    (docs/dws.md, "Speed under bf16")."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor) -> Tensor:
+        ctx.save_for_backward(a, b)
+        return torch.linalg.vecdot(a, b)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        a, b = ctx.saved_tensors
+        grad = grad[..., None]
+        if grad.dtype == torch.bfloat16:
+            grad = grad.expand_as(a).contiguous()
+        return (grad * b if ctx.needs_input_grad[0] else None), (grad * a if ctx.needs_input_grad[1] else None)
+
+
 class RelationalAttention(nn.Module):
     """Multi-head attention over all nodes with edge-conditioned queries, keys and values."""
 
@@ -72,7 +93,9 @@ class RelationalAttention(nn.Module):
 
     def forward(self, graph: LayeredGraph, no_edge: Tensor) -> list[Tensor]:
         x, L = graph.nodes, len(graph.nodes) - 1
-        q, k, v = zip(*(self.split(self.qkv_node(x_l), 3) for x_l in x))  # per layer [B, d_l, H, h]
+        # per layer [B, d_l, H, h], contiguous: a strided view broadcast against the per-edge tensors below runs
+        # one element at a time in bfloat16 (its rows of h = 16 values are shorter than a vector), ~6x slower
+        q, k, v = ([t.contiguous() for t in qkv] for qkv in zip(*(self.split(self.qkv_node(x_l), 3) for x_l in x)))
         q0, k0, v0, m0 = self.split(self.qkv_edge(no_edge), 4)  # [H, h]
         edge_qkm, value = self.edge_maps()
         out = []
@@ -89,9 +112,9 @@ class RelationalAttention(nn.Module):
             values = []
             for m, e in neighbours:  # query l, key m
                 qe, ke, me = (linear(e, w).unflatten(-1, (self.heads, -1)) for w in edge_qkm)  # [B, d_l, d_m, H, h]
-                logits.append(torch.linalg.vecdot(q[l][:, :, None] + qe, k[m][:, None] + ke))
+                logits.append(HeadDot.apply(q[l][:, :, None] + qe, k[m][:, None] + ke))
                 values.append(v[m][:, None] * me)  # its V e term is added below
-            # softmax over the keys in [B, d_l, N, H]: the logits' gradients then reach vecdot in its own layout,
+            # softmax over the keys in [B, d_l, N, H]: the logits' gradients then reach HeadDot in its own layout,
             # and so qe's and ke's in theirs (in [B, H, d_l, N] they came back permuted, and were copied)
             attention = torch.softmax(torch.cat(logits, dim=2) * self.scale, dim=2)
             parts = attention.split([t.shape[2] for t in logits], dim=2)
