@@ -162,8 +162,9 @@ def compiled(model: torch.nn.Module, device: str) -> torch.nn.Module:
 
 
 # --precision: the dtype the training step's products run in under torch.autocast (None: plain float32).
-# Parameters, their gradients, AdamW's state and every evaluation stay float32; autocast keeps reductions,
-# norms and losses in float32 itself. bfloat16 has float32's exponent range, so no loss scaling is needed
+# Parameters, their gradients, AdamW's state and every evaluation stay float32; losses run in float32, other
+# ops follow their inputs' dtype (docs/train.md, "Precision"). bfloat16 has float32's exponent range, so no
+# loss scaling is needed
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 
 
