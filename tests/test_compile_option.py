@@ -98,3 +98,66 @@ def test_a_traced_dwsnet_step_keeps_to_public_operators(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert native.usable(x, w, channels=(8, 8)) is False and matmul.uses_onednn(x, w, min_rows=0) is False
     assert eager == (native.library() is not None, matmul._LINEAR is not None)
+
+
+class FailsToCompile(torch.nn.Module):
+    """What torch.compile returns when inductor cannot build the step: it raises at the first call
+    (``where="forward"``) or once the backward graph is built (``"backward"``)."""
+
+    def __init__(self, model, where):
+        super().__init__()
+        self.model, self.where = model, where
+
+    def forward(self, *args, **kwargs):
+        from torch._inductor.exc import InductorError
+
+        error = InductorError(RuntimeError("C++ compile error\nconflicting declaration 'auto tmp_acc0_vec'"), None)
+        if self.where == "forward":
+            raise error
+        return _fail_backward(self.model(*args, **kwargs), error)
+
+
+def _fail_backward(out, error):
+    """``out`` unchanged, whose backward raises ``error`` (as a lazily compiled backward graph does)."""
+    class Fail(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise error
+
+    return Fail.apply(out)
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_a_step_torch_compile_cannot_build_is_one_line_and_loses_nothing(tiny_store, tmp_path, monkeypatch, where):
+    """inductor failing to build the step (a C++ compile error in torch's own code generation, seen with
+    --compile --precision bf16 on the neural graphs, torch 2.13): one error line that says to drop
+    --compile; the same command without it then trains the run."""
+    from cli import main
+
+    monkeypatch.setattr(torch, "compile", lambda model, *a, **k: FailsToCompile(model, where))
+    out = tmp_path / "run"
+    args = ["train", str(tiny_store), "--model", "dwsnet", "--epochs", "1", "--lr", "1e-3", "--batch-size", "8",
+            "--hidden-channels", "2", "--num-layers", "1", "--precision", "bf16", "--out", str(out)]
+    failed = CliRunner().invoke(main, args + ["--compile"])
+    last = failed.output.strip().splitlines()[-1]
+    assert failed.exit_code != 0 and last.startswith("error: --compile: torch.compile could not build"), failed.output
+    assert "with --precision bf16" in last and "InductorError" in last and "without --compile" in last
+    assert "Traceback" not in failed.output
+    trained = CliRunner().invoke(main, args)
+    assert trained.exit_code == 0, trained.output
+    assert (out / "metrics.json").exists()
+
+
+def test_other_errors_of_a_compiled_step_are_not_rewritten(tiny_store, tmp_path, monkeypatch):
+    class Broken(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            raise RuntimeError("a bug in the model")
+
+    monkeypatch.setattr(torch, "compile", lambda model, *a, **k: Broken())
+    with pytest.raises(RuntimeError, match="a bug in the model"):
+        train_run(TrainOptions(store=str(tiny_store), out=str(tmp_path / "run"), compile=True, **ARGS),
+                  log=lambda *_: None)

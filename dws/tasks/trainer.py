@@ -16,6 +16,7 @@ the checkpoint holds a state, continues from it: the result equals an uninterrup
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
@@ -168,6 +169,26 @@ def compiled(model: torch.nn.Module, device: str) -> torch.nn.Module:
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 
 
+@contextlib.contextmanager
+def compile_errors(config: TrainConfig):
+    """A failure of ``torch.compile`` to build the step (``--compile``; it surfaces at the first step, as
+    a compiler error deep inside torch) as one ValueError line: the step runs eagerly without the
+    option, which changes only the speed, so the same command without it resumes the run."""
+    try:
+        yield
+    except Exception as exc:
+        from torch._dynamo.exc import BackendCompilerFailed
+        from torch._inductor.exc import InductorError
+
+        if not config.compile or not isinstance(exc, (BackendCompilerFailed, InductorError)):
+            raise
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        precision = "" if config.precision == "fp32" else f" with --precision {config.precision}"
+        raise ValueError(f"--compile: torch.compile could not build this model's training step{precision} "
+                         f"({type(exc).__name__}: {first[:200]}); rerun the same command without --compile "
+                         f"(it changes only the speed; checkpoints resume)") from exc
+
+
 def step_precision(config: TrainConfig):
     """The context a training step runs in: ``torch.autocast`` to ``config.precision``'s dtype on the
     training device, or nothing for fp32. ValueError (one line) for a precision that has no dtype here."""
@@ -237,12 +258,13 @@ def train(
             ws, target = _to(batch, device)
             if augment is not None:
                 ws = augment(ws)
-            with step_precision(config):
-                loss = task.loss(step_model, ws, target, config.temperature)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"epoch {epoch}: training loss is {loss.item()}; lower the learning rate")
-            opt.zero_grad(set_to_none=True)
-            (loss if shard is None else loss * weight).backward()
+            with compile_errors(config):  # a compiled step is built at its first forward and backward
+                with step_precision(config):
+                    loss = task.loss(step_model, ws, target, config.temperature)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"epoch {epoch}: training loss is {loss.item()}; lower the learning rate")
+                opt.zero_grad(set_to_none=True)
+                (loss if shard is None else loss * weight).backward()
             opt.step()
             losses.append(loss.item() if shard is None else loss.item() * weight / shard[1])
         if shard is not None:  # the sum over workers of their weighted shard losses: each whole batch's loss
