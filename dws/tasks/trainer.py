@@ -169,6 +169,9 @@ def compiled(model: torch.nn.Module, device: str) -> torch.nn.Module:
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 
 
+COMPILER_MODULES = ("torch._dynamo", "torch._inductor")  # where torch.compile's own errors are defined
+
+
 @contextlib.contextmanager
 def compile_errors(config: TrainConfig):
     """A failure of ``torch.compile`` to build the step (``--compile``; it surfaces at the first step, as
@@ -177,10 +180,9 @@ def compile_errors(config: TrainConfig):
     try:
         yield
     except Exception as exc:
-        from torch._dynamo.exc import BackendCompilerFailed
-        from torch._inductor.exc import InductorError
-
-        if not config.compile or not isinstance(exc, (BackendCompilerFailed, InductorError)):
+        # told apart by the module of its class (InductorError, BackendCompilerFailed, ...): torch's compiler
+        # stack has no public exception types, and importing its private modules would tie us to one version
+        if not config.compile or not type(exc).__module__.startswith(COMPILER_MODULES):
             raise
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         precision = "" if config.precision == "fp32" else f" with --precision {config.precision}"
