@@ -436,10 +436,12 @@ def show(store, out, count, data_root):
 @click.option("--seed", type=int, default=TRAIN["seed"], show_default=True,
               help="The first seed run's seed (initialization, shuffling, augmentation); seed run k uses seed + k.")
 @click.option("--hidden-channels", type=int, default=TRAIN["hidden_channels"],
-              help="DWSNet channels (baselines are sized to match); default 48, and the paper's 16 for "
-                   "--task adapt and for classifier zoos.")
+              help="DWSNet channels (baselines and NFNs are sized to its parameters; ng-gnn, ng-transformer and "
+                   "ScaleGMN take their paper's width, 32 / 32 / 128, at 48 and in proportion otherwise); default "
+                   "48, and the paper's 16 for --task adapt and for classifier zoos.")
 @click.option("--num-layers", type=int, default=TRAIN["num_layers"], show_default=True,
-              help="DWSNet layers (baselines are sized to match).")
+              help="DWSNet layers (baselines and NFNs are sized to its parameters; the neural graphs and ScaleGMN "
+                   "keep their papers' 4 layers).")
 @click.option("--input-reduction", type=int, default=TRAIN["input_reduction"], metavar="N",
               help="DWSNet: map the networks' d_0 inputs to N by a linear layer first (the paper's d_0' = 16 for "
                    "784-input classifiers, 3072 -> 16 for --task adapt; the default for classifier zoos); "

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from dws.ng import NGGNN, NGTransformer, LayeredGraph
 from dws.ng.aggregation import aggregate, mean_log_degree
-from dws.ng.pna import PNABackbone, in_degrees
+from dws.ng.pna import GraphLayerNorm, NodeLayerNorm, PNABackbone, in_degrees
 from dws.ng.relational import RTLayer
 from dws.weightspace import WeightSpace
 from dws_helpers import adam_losses, derange
@@ -102,6 +102,43 @@ def test_the_forward_only_gnn_is_invariant_too(seed):
     x = random_space(widths, 2, 1, gen)
     torch.testing.assert_close(model(act(x, group_element(widths, gen))), model(x), rtol=1e-9, atol=1e-10)
     assert model.construct(x).backward is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_gnn_with_node_wise_norm_is_invariant_too(seed):
+    """Version 1's per-node LayerNorm (``norm="node"``) keeps the symmetry as the default per-network one does."""
+    gen = torch.Generator().manual_seed(550 + seed)
+    widths = random_widths(gen)
+    model = small_model("gnn", widths, seed, norm="node")
+    x = random_space(widths, 3, 1, gen)
+    y = model(x)
+    torch.testing.assert_close(model(act(x, group_element(widths, gen))), y, rtol=1e-9, atol=1e-10)
+    assert not torch.allclose(small_model("gnn", widths, seed)(x), y, rtol=0, atol=1e-11)  # the norms differ
+
+
+def test_graph_norm_by_hand_and_per_network():
+    """One mean and variance over all neurons and channels of each network, then a per-channel affine
+    map: a network's output does not depend on its batch-mates, and the nodes keep their differences."""
+    gen = torch.Generator().manual_seed(7)
+    nodes = [torch.randn(3, d, 5, generator=gen, dtype=torch.float64) * (l + 1) + l for l, d in enumerate((2, 4, 1))]
+    norm = GraphLayerNorm(5).double()
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(5, generator=gen))
+        norm.bias.copy_(torch.randn(5, generator=gen))
+    out = norm(nodes)
+    for b in range(3):
+        flat = torch.cat([x[b] for x in nodes])  # [N, C]
+        mean, var = flat.mean(), flat.var(unbiased=False)
+        for x, y in zip(nodes, out):
+            torch.testing.assert_close(y[b], (x[b] - mean) / torch.sqrt(var + 1e-5) * norm.weight + norm.bias)
+        alone = norm([x[b:b + 1] for x in nodes])
+        assert all(torch.allclose(a[0], y[b]) for a, y in zip(alone, out))
+    # the node-wise norm (version 1) is nn.LayerNorm on each node, with the same parameter names
+    node = NodeLayerNorm(5).double()
+    assert [name for name, _ in node.named_parameters()] == ["weight", "bias"] == [n for n, _ in norm.named_parameters()]
+    assert all(torch.allclose(y, torch.nn.functional.layer_norm(x, (5,))) for x, y in zip(nodes, node(nodes)))
+    with pytest.raises(ValueError, match="norm must be one of"):
+        PNABackbone((3, 4, 2), 4, norm="batch")
 
 
 def test_pna_aggregation_by_hand():

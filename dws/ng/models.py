@@ -50,12 +50,12 @@ class NGGNN(nn.Module):
 
     def __init__(self, widths: Sequence[int], out_features: int, channels: int = 32, num_layers: int = 4,
                  fourier_features: int = 128, fourier_scale: float = 3.0, dropout: float = 0.0,
-                 bidirectional: bool = True, in_channels: int = 1):
+                 bidirectional: bool = True, in_channels: int = 1, norm: str = "graph"):
         super().__init__()
         self.widths = check_widths(widths)
         self.construct = GraphConstructor(self.widths, channels, channels, fourier_features, fourier_scale,
                                           bidirectional, in_channels)
-        self.backbone = PNABackbone(self.widths, channels, num_layers, dropout, bidirectional)
+        self.backbone = PNABackbone(self.widths, channels, num_layers, dropout, bidirectional, norm=norm)
         self.head = OutputNeuronHead(self.widths[-1], channels, channels, out_features, depth=3)
 
     def forward(self, ws: WeightSpace) -> torch.Tensor:

@@ -84,16 +84,48 @@ class EdgeMLP(nn.Module):
         return graph.with_edges(forward, backward)
 
 
+class GraphLayerNorm(nn.Module):
+    """Layer norm over all nodes and channels of each network (PyG's ``LayerNorm``, ``mode="graph"``,
+    one graph per network), then a per-channel affine map. Unlike a per-node ``LayerNorm`` it keeps
+    how the nodes of a network differ in mean and scale; it is invariant to permuting its nodes."""
+
+    def __init__(self, channels: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, nodes: Sequence[Tensor]) -> list[Tensor]:
+        x = torch.cat(list(nodes), dim=1)  # [B, N, C]: every neuron of each network
+        var, mean = torch.var_mean(x.float(), dim=(1, 2), unbiased=False, keepdim=True)
+        scale = torch.rsqrt(var + self.eps)
+        # in float32 (the node states are small beside the edges'), back in each input's dtype (bf16 stays bf16)
+        return [torch.addcmul(self.bias, (n - mean) * scale, self.weight).to(n.dtype) for n in nodes]
+
+
+class NodeLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` of each node's channels (``ng-gnn`` version 1)."""
+
+    def forward(self, nodes: Sequence[Tensor]) -> list[Tensor]:
+        return [super(NodeLayerNorm, self).forward(x) for x in nodes]
+
+
+PNA_NORMS = {"graph": GraphLayerNorm, "node": NodeLayerNorm}
+
+
 class PNABackbone(nn.Module):
     """``num_layers`` :class:`PNAConv` layers; layer norm, SiLU, dropout and an edge update between them."""
 
     def __init__(self, widths: Sequence[int], channels: int, num_layers: int = 4, dropout: float = 0.0,
-                 bidirectional: bool = True, scalers: Sequence[str] = ("identity", "amplification")):
+                 bidirectional: bool = True, scalers: Sequence[str] = ("identity", "amplification"),
+                 norm: str = "graph"):
         super().__init__()
+        if norm not in PNA_NORMS:
+            raise ValueError(f"ng-gnn norm must be one of {sorted(PNA_NORMS)}, got {norm!r}")
         degrees = in_degrees(widths, bidirectional)
         delta = mean_log_degree(degrees, widths)
         self.convs = nn.ModuleList(PNAConv(channels, channels, delta, scalers) for _ in range(num_layers))
-        self.norms = nn.ModuleList(nn.LayerNorm(channels) for _ in range(num_layers - 1))
+        self.norms = nn.ModuleList(PNA_NORMS[norm](channels) for _ in range(num_layers - 1))
         self.edge_updates = nn.ModuleList(EdgeMLP(channels, channels) for _ in range(num_layers - 1))
         self.act, self.dropout = nn.SiLU(), nn.Dropout(dropout)
 
@@ -102,6 +134,6 @@ class PNABackbone(nn.Module):
             nodes = conv(graph)
             if i == len(self.convs) - 1:
                 return graph.with_nodes(nodes)
-            nodes = [self.dropout(self.act(self.norms[i](x))) for x in nodes]
+            nodes = [self.dropout(self.act(x)) for x in self.norms[i](nodes)]
             graph = self.edge_updates[i](graph.with_nodes(nodes))
         return graph

@@ -54,7 +54,9 @@ CLAIMED_SYMMETRY = {
 # the pipelines (dws.tasks.prepare.resume_settings, dws.tasks.rundir.finished_run); 1 where absent, as
 # for every run saved before versions existed. History: nfn-* 2 (2026-11-27): the reference's channel
 # dropout after every layer, and its Fourier scale matched to standardized inputs (weight_std).
-MODEL_VERSIONS = {"nfn-np": 2, "nfn-hnp": 2}
+# ng-gnn 2 (2026-11-28): layer norm over each network's nodes and channels (the reference's PyG
+# LayerNorm in graph mode), not over each node's channels (dws.ng.pna.GraphLayerNorm).
+MODEL_VERSIONS = {"nfn-np": 2, "nfn-hnp": 2, "ng-gnn": 2}
 
 
 def model_version(model: str) -> int:
