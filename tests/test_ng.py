@@ -232,6 +232,31 @@ def test_zoo_train_runs_and_reevaluates(name, tiny_store, tmp_path):
     assert again["accuracy"] == pytest.approx(metrics["test"][0]["accuracy"], abs=1e-6)
 
 
+def test_an_ng_gnn_run_of_version_1_evaluates_as_it_was_trained(tiny_store, tmp_path, monkeypatch):
+    """Version 1 (the node-wise norm) is still built exactly for its runs (dws.tasks.models.EARLIER_VERSIONS):
+    `zoo eval` reproduces what such a run recorded, without a note; a version it cannot rebuild gets one."""
+    import dws.tasks.models as models
+    import dws.tasks.prepare as prepare
+    from dws.tasks.options import MODEL_VERSIONS, TrainOptions
+    from dws.tasks.rundir import evaluate_run, load_run
+    from dws.tasks.run import train_run
+
+    with monkeypatch.context() as m:  # train as version 1's code did
+        m.setitem(MODEL_VERSIONS, "ng-gnn", 1)
+        m.setattr(prepare, "build_model", lambda *a, **k: models.build_model(*a, **k, version=1))
+        opts = TrainOptions(store=str(tiny_store), model="ng-gnn", out=str(tmp_path / "v1"), epochs=1, lr=1e-3,
+                            batch_size=16, hidden_channels=2, progress=False)
+        train_run(opts, log=lambda *_: None)
+    assert json.loads((tmp_path / "v1" / "config.json").read_text()).get("model_version", 1) == 1
+    recorded = json.loads((tmp_path / "v1" / "metrics.json").read_text())["test"][0]["loss"]
+    assert isinstance(load_run(tmp_path / "v1").model.backbone.norms[0], NodeLayerNorm)
+    again = evaluate_run(tmp_path / "v1", tiny_store)
+    assert again["loss"] == pytest.approx(recorded, rel=1e-5) and "note" not in again
+    monkeypatch.setattr(models, "EARLIER_VERSIONS", {})  # today's code only: rebuilt as version 2, said
+    assert isinstance(load_run(tmp_path / "v1").model.backbone.norms[0], GraphLayerNorm)
+    assert "trained as ng-gnn version 1, rebuilt as version 2" in evaluate_run(tmp_path / "v1", tiny_store)["note"]
+
+
 def test_graph_models_default_to_batches_that_fit_a_small_machine():
     """`--batch-size` unset: 64 for the graph models (per-weight activations), 512 for the others;
     a given size is kept."""

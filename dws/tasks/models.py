@@ -42,7 +42,7 @@ from dws.weightspace import WeightSpace
 from zoo.store import WeightStore
 
 from .adaptation import OUTPUT_INIT_SCALE, ResidualAdapter, small_output
-from .options import ADAPT_MODELS, MODEL_DEFAULTS, MODELS, NFN_MODELS, NG_MODELS, SCALEGMN_MODELS
+from .options import ADAPT_MODELS, MODEL_DEFAULTS, MODELS, NFN_MODELS, NG_MODELS, SCALEGMN_MODELS, model_version
 
 
 MAX_PARAMS = 200_000_000  # ~0.8 GB of float32 parameters, ~3 GB with gradients and AdamW's moments
@@ -81,12 +81,22 @@ def nfn_fourier_scale(weight_std: float | None) -> float:
     return NFN_REFERENCE_SCALE * weight_std
 
 
+# Earlier model versions (dws.tasks.options.MODEL_VERSIONS) that today's code still builds exactly: the
+# constructor arguments that differ, so that ``zoo eval`` of an old run reproduces what it recorded.
+EARLIER_VERSIONS = {("ng-gnn", 1): {"norm": "node"}}
+
+
+def rebuilds_exactly(name: str, version: int | None) -> bool:
+    """Whether :func:`build_model` builds ``version`` of ``name`` as it was (None or today's: yes)."""
+    return version is None or version == model_version(name) or (name, version) in EARLIER_VERSIONS
+
+
 def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_channels: int = 48,
                 num_layers: int = 4, dropout: float = 0.0, bn: bool = True, blocks: str = "all",
                 pool: str = "max", input_reduction: int | None = None, equivariant: bool = False,
                 target_scale: Sequence[Sequence[float]] | None = None, params_rtol: float = 0.15,
                 backend: str = "auto", activation: str | None = None,
-                weight_std: float | None = None) -> tuple[nn.Module, dict]:
+                weight_std: float | None = None, version: int | None = None) -> tuple[nn.Module, dict]:
     """The model and a description (name, parameter count, DWSNet count it was sized to); the DWSNet
     runs on ``backend`` (:func:`dws.nn.fast.accelerate`: same function, different speed).
 
@@ -97,7 +107,8 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
     the networks' (the store manifest's), which ScaleGMN's symmetry follows; the other models ignore it.
     ``weight_std``: the typical std the loader divided the weights by (:func:`weight_spread`; None: raw
     weights), which the NFNs' Fourier scale follows (:func:`nfn_fourier_scale`); the other models ignore it
-    (the neural graphs' reference scales already act on standardized weights).
+    (the neural graphs' reference scales already act on standardized weights). ``version``: the model
+    version to build (a run's recorded one), where :data:`EARLIER_VERSIONS` still has it; else today's.
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
@@ -134,7 +145,8 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
     elif name in NG_MODELS:  # the reference INR classifiers' width 32 at the DWSNet's default channels, in proportion
         width = paper_width(PAPER_NG_WIDTH, hidden_channels, multiple_of=2)
         ratios = gnn_ratios if name == "ng-gnn" else transformer_ratios
-        model = (NGGNN if name == "ng-gnn" else NGTransformer)(widths, out_features, dropout=dropout, **ratios(width))
+        model = (NGGNN if name == "ng-gnn" else NGTransformer)(widths, out_features, dropout=dropout, **ratios(width),
+                                                               **EARLIER_VERSIONS.get((name, version), {}))
         desc = {"model": name, "params": count_params(model), "dwsnet_params": target, "width": width}
     elif name in SCALEGMN_MODELS:  # the paper's d = 128 at the DWSNet's default channels, in proportion otherwise
         width = paper_width(PAPER_HIDDEN, hidden_channels)

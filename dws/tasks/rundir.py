@@ -34,7 +34,7 @@ from dws.weightspace import WeightSpace
 from zoo.options import DEFAULT_MAX_MEMORY
 from zoo.store import StoreError, WeightStore
 
-from .models import build_model, evaluation_transform
+from .models import build_model, evaluation_transform, rebuilds_exactly
 from .objectives import Task, get_task
 from .options import (ACTIVATION_PEAK, TrainOptions, default_run_dir, model_version, recorded_version,
                       with_task_defaults)
@@ -246,7 +246,7 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     config = ckpt["config"]
     task = get_task(config["task"]["name"], config["task"]["target"])
     model, _ = build_model(config["options"]["model"], tuple(config["widths"]), config["out_features"],
-                           **config["model_kwargs"])
+                           **config["model_kwargs"], version=recorded_version(config))
     model.load_state_dict(ckpt["state_dict"])
     model.eval()
     normalizer = Normalizer.from_stats({k: tuple(v) for k, v in ckpt["stats"].items()})
@@ -287,7 +287,7 @@ def evaluate_run(run_dir: str | Path, store_path: str | Path, split: str = "test
     left_out = {"excluded": dict(loader.excluded)} if loader.excluded else {}  # diverged networks (status)
     notes = []
     trained, now = recorded_version(run.config), model_version(options["model"])
-    if trained != now:
+    if not rebuilds_exactly(options["model"], trained):
         notes.append(f"trained as {options['model']} version {trained}, rebuilt as version {now} "
                      f"(dws.tasks.options.MODEL_VERSIONS): its metrics may differ from those the run recorded")
     if probed.get("limit") is not None and run.config.get("train_limit_selects") != LIMIT_SELECTION:
