@@ -374,6 +374,13 @@ def refuse_other_finished(opts: TrainOptions, log=print) -> None:
                      f"move it away to train this one, or use another --out")
 
 
+def trained_seconds(metrics: dict) -> float:
+    """A finished run's training time by zoo train's own clock, which its checkpoints carry across
+    interrupted sessions: every training (lr search included), or its seed runs' for runs written
+    before ``training_seconds`` was. The pipeline's own clock loses a session killed mid-cell."""
+    return metrics.get("training_seconds", sum(metrics["seconds"]))
+
+
 def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: float | None = None,
                 params: int | None = None, running: bool = False, column: str = "mnist") -> dict:
     """What the table says of one cell now: finished (its metrics), running, unfinished or not run.
@@ -390,7 +397,7 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
         return {**record, **metrics, "status": DONE, "epochs_done": record["epochs_planned"],
                 "model_version": model_version(opts.model),
                 f"val_{spec.selection}": val, **{m.key: m.read(done) for m in spec.metrics},
-                "wall_seconds": sum(done["seconds"]) if wall_seconds is None else wall_seconds}
+                "wall_seconds": max(wall_seconds or 0.0, trained_seconds(done))}
     done_epochs = epochs_done(Path(opts.out))
     status = RUNNING if running else UNFINISHED if done_epochs else NOT_RUN
     return {**record, "status": status, "epochs_done": done_epochs}
@@ -495,7 +502,8 @@ def write_table(out: Path, scale_name: str, column: str, store: Path, cells: dic
              f"lr: chosen on val {spec.selection} among {', '.join(f'{lr:g}' for lr in PAPER_LRS)}"
              if protocol.lr_from is None else f"lr: the one its {protocol.lr_from} cell chose on val (or --lr)",
              "epochs: over every training of the cell (one per candidate lr, then the other seeds); "
-             "wall time: this pipeline's sessions on the cell",
+             "wall time: this pipeline's sessions on the cell, or zoo train's own time over its trainings "
+             "(kept across interrupted sessions) where that is longer",
              "`--normalize` is zoo train's per-model default (orbit where the model claims a symmetry, else entry"
              + ("; none for adapt, whose models take raw networks)" if spec.task == "adapt" else ")")]
     rows = [table_row(cells[m], spec.metrics) for m in models if m in cells]

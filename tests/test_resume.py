@@ -65,7 +65,7 @@ def interrupted(opts: TrainOptions, monkeypatch, saves: int) -> None:
 
 
 def without_seconds(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items() if k not in ("seconds", "run_dir")}
+    return {k: v for k, v in metrics.items() if k not in ("seconds", "training_seconds", "run_dir")}
 
 
 def best_state(run_dir: Path) -> dict:

@@ -71,6 +71,18 @@ def test_the_table_has_every_cell_and_a_rerun_retrains_none(stores, tmp_path, mo
     assert file_times(out / "runs") == before
     assert cells(out) == found
 
+    # zoo train's own clock counts every training (lr search included) and outlives a session killed
+    # mid-cell, whose time the pipeline's clock lost: the table shows the longer of the two
+    metrics = json.loads((Path(found["dwsnet"]["run_dir"]) / "metrics.json").read_text())
+    assert metrics["training_seconds"] > sum(metrics["seconds"]) > 0  # 4 lr-search trainings, one kept
+    results = out / "results-mnist.json"
+    saved = json.loads(results.read_text())
+    saved["cells"]["dwsnet"]["wall_seconds"] = 1e-3
+    results.write_text(json.dumps(saved))
+    weight_models.run("smoke", out, 1, MODELS, log=QUIET, stores=stores)
+    assert cells(out)["dwsnet"]["wall_seconds"] == metrics["training_seconds"]
+    assert cells(out)["mlp"] == found["mlp"]
+
     # other settings for a finished cell: refused (zoo train would train over it), nothing touched
     monkeypatch.setitem(weight_models.SCALES, "smoke", one_epoch())
     with pytest.raises(ValueError, match="smoke-mnist-inr-mlp-classify holds a finished run with other --epochs; "):

@@ -60,8 +60,14 @@ def fit_run(run: PreparedRun, log=print, train_fn=train, shard: tuple[int, int] 
         log(f"resuming the unfinished run in {run.run_dir} ({len(resumed)} training(s) saved; "
             f"--restart starts over)")
     run.checkpoints.begin(writer=rank == 0)
+    spent: list[float] = []  # every training's seconds, lr search included, across resumes (checkpoints keep them)
 
     def fit(config: TrainConfig) -> TrainResult:
+        result = fit_one(config)
+        spent.append(result.seconds)
+        return result
+
+    def fit_one(config: TrainConfig) -> TrainResult:
         checkpoint = run.checkpoints.training(config.lr, config.seed, rank, world)
         outcome = checkpoint.outcome()
         if outcome is not None:
@@ -81,9 +87,11 @@ def fit_run(run: PreparedRun, log=print, train_fn=train, shard: tuple[int, int] 
                        patience=opts.patience, progress=opts.progress, compile=opts.compile,
                        precision=opts.precision)
     if opts.lr is None:
-        return run_protocol(fit, task, base, seeds=opts.seeds, log=log)
-    return summarize(task, opts.lr, opts.seed, [fit(replace(base, seed=opts.seed + s)) for s in range(opts.seeds)],
-                     None)
+        outcome = run_protocol(fit, task, base, seeds=opts.seeds, log=log)
+    else:
+        outcome = summarize(task, opts.lr, opts.seed,
+                            [fit(replace(base, seed=opts.seed + s)) for s in range(opts.seeds)], None)
+    return {**outcome, "training_seconds": sum(spent)}
 
 
 def summarize(task: Task, lr: float, first_seed: int, runs: list[TrainResult], search: dict | None) -> dict:
