@@ -276,3 +276,27 @@ def test_the_work_between_epochs_shows_on_the_progress_bar(tiny_store, tmp_path,
               log=lambda *_: None)
     err = capfd.readouterr().err
     assert "epoch 1: batch-norm statistics" in err and "epoch 1: validation" in err
+
+
+def test_a_diverging_lr_candidate_is_left_out_of_the_search():
+    """The lr search goes on past a candidate whose loss turns non-finite (recorded as None, said in a
+    line) and picks among the rest; only if every candidate diverges is the run refused, in one line."""
+    from dws.tasks.protocol import run_protocol
+    from dws.tasks.objectives import get_task
+    from dws.tasks.trainer import TrainConfig, TrainResult
+
+    task = get_task("classify", None)
+    vals = {5e-3: None, 1e-3: 0.6, 5e-4: 0.7, 1e-4: 0.5}  # None: diverges
+
+    def fit(config):
+        if vals[config.lr] is None:
+            raise FloatingPointError("epoch 3: training loss is nan; lower the learning rate")
+        return TrainResult(best_epoch=0, best_val={"accuracy": vals[config.lr]}, test={"accuracy": vals[config.lr]})
+
+    lines = []
+    out = run_protocol(fit, task, TrainConfig(epochs=1, lr=1e-3, seed=0), lrs=tuple(vals), seeds=1, log=lines.append)
+    assert out["lr"] == 5e-4 and out["lr_search"] == {"0.005": None, "0.001": 0.6, "0.0005": 0.7, "0.0001": 0.5}
+    assert any(line.startswith("lr 0.005: diverged (epoch 3: training loss is nan") for line in lines)
+    vals.update(dict.fromkeys(vals))  # every candidate diverges
+    with pytest.raises(ValueError, match=r"every candidate learning rate \(0.005, 0.001, 0.0005, 0.0001\) diverged"):
+        run_protocol(fit, task, TrainConfig(epochs=1, lr=1e-3, seed=0), lrs=tuple(vals), seeds=1, log=lines.append)

@@ -31,16 +31,27 @@ def run_protocol(
     seeds: int = 3,
     log: Callable[[str], None] = print,
 ) -> dict:
-    """``fit(config)`` trains one model; returns the search, per-seed results and the summary."""
+    """``fit(config)`` trains one model; returns the search, per-seed results and the summary.
+
+    A candidate lr whose training diverges (a non-finite loss) is out of the search, recorded as None,
+    and the others go on; only if every candidate diverges is the run refused."""
     search = {}
     best_lr, best_val, best_result = None, None, None
     for lr in lrs:
-        result = fit(replace(config, lr=lr, seed=config.seed))
+        try:
+            result = fit(replace(config, lr=lr, seed=config.seed))
+        except FloatingPointError as e:
+            search[str(lr)] = None
+            log(f"lr {lr:g}: diverged ({e}); left out of the search")
+            continue
         val = result.best_val[task.metric]
         search[str(lr)] = val
         log(f"lr {lr:g}: val {task.metric} {val:.4f}")
         if task.better(val, best_val):
             best_lr, best_val, best_result = lr, val, result
+    if best_result is None:
+        raise ValueError(f"every candidate learning rate ({', '.join(f'{lr:g}' for lr in lrs)}) diverged; "
+                         f"pass a smaller --lr")
     runs = [best_result] + [fit(replace(config, lr=best_lr, seed=config.seed + s)) for s in range(1, seeds)]
     return summarize(task, best_lr, config.seed, runs, search)
 
