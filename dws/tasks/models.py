@@ -86,9 +86,9 @@ def nfn_fourier_scale(weight_std: float | None) -> float:
 EARLIER_VERSIONS = {("ng-gnn", 1): {"norm": "node"}}
 
 
-def rebuilds_exactly(name: str, version: int | None) -> bool:
-    """Whether :func:`build_model` builds ``version`` of ``name`` as it was (None or today's: yes)."""
-    return version is None or version == model_version(name) or (name, version) in EARLIER_VERSIONS
+def rebuilds_exactly(name: str, version: int) -> bool:
+    """Whether :func:`build_model` builds ``version`` of ``name`` (a run's recorded one) as it was."""
+    return version == model_version(name) or (name, version) in EARLIER_VERSIONS
 
 
 def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_channels: int = 48,
