@@ -111,3 +111,64 @@ def test_two_ray_workers_killed_and_resumed_match_single_process_training(tiny_s
 
     again = evaluate_run(out, tiny_store)
     assert again["accuracy"] == pytest.approx(dist["test"][0]["accuracy"], abs=1e-6)
+
+
+def _diverging_worker(rank: int, world: int, port: int, results) -> None:
+    """One gloo worker of ``train(shard=...)`` on a batch whose first network is NaN: only rank 0's shard
+    (rows ``0::2``) holds it, so only rank 0's loss is not finite."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from dws.tasks.objectives import get_task
+    from dws.tasks.trainer import Diverged, TrainConfig, train
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=20))
+    try:
+        torch.manual_seed(0)
+
+        class Flat(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(6, 3)
+
+            def forward(self, ws):
+                return self.linear(ws.weights[0].flatten(1))
+
+        model = torch.nn.parallel.DistributedDataParallel(Flat())
+        weights = torch.randn(8, 2, 3)
+        weights[0] = float("nan")
+        batch = Batch(WeightSpace((weights,), (torch.randn(8, 2),)), torch.arange(8) % 3, torch.arange(8))
+        loaders = {"train": [batch], "val": [batch], "test": [batch]}
+        try:
+            train(model, get_task("classify", None), loaders, TrainConfig(epochs=1, progress=False),
+                  shard=(rank, world))
+            results.put((rank, "trained", ""))
+        except Diverged as e:
+            results.put((rank, "diverged", str(e)))
+        except Exception as e:  # noqa: BLE001 (a gloo timeout: the other worker stopped alone)
+            results.put((rank, type(e).__name__, str(e)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_loss_that_diverges_on_one_worker_stops_every_worker():
+    """Before, the worker whose shard gave a NaN loss raised alone and the other waited in DDP's gradient
+    all-reduce (until gloo's timeout, 30 min by default); the lr search could not go on."""
+    import multiprocessing
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    workers = [ctx.Process(target=_diverging_worker, args=(rank, 2, port, results)) for rank in range(2)]
+    for w in workers:
+        w.start()
+    outcome = dict((rank, (kind, message)) for rank, kind, message in (results.get(timeout=120) for _ in workers))
+    for w in workers:
+        w.join(timeout=30)
+    assert outcome[0][0] == "diverged" and "training loss is nan" in outcome[0][1], outcome
+    assert outcome[1][0] == "diverged" and "not finite on another worker" in outcome[1][1], outcome

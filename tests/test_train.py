@@ -300,3 +300,52 @@ def test_a_diverging_lr_candidate_is_left_out_of_the_search():
     vals.update(dict.fromkeys(vals))  # every candidate diverges
     with pytest.raises(ValueError, match=r"every candidate learning rate \(0.005, 0.001, 0.0005, 0.0001\) diverged"):
         run_protocol(fit, task, TrainConfig(epochs=1, lr=1e-3, seed=0), lrs=tuple(vals), seeds=1, log=lines.append)
+
+
+class NonFiniteAfter:
+    """A task whose training loss turns NaN after ``steps`` steps (the real task otherwise)."""
+
+    def __init__(self, task, steps: int):
+        self.task, self.left = task, steps
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def loss(self, *args):
+        self.left -= 1
+        loss = self.task.loss(*args)
+        return loss * float("nan") if self.left < 0 else loss
+
+
+def test_a_diverged_candidate_is_recorded_counted_and_not_trained_again(tiny_store, tmp_path):
+    """The real loop's divergence (lr 5e-3 turns NaN in its second epoch): the candidate's checkpoint holds
+    what it did, its seconds are in ``training_seconds``, and a rerun does not train it again."""
+    from dws.tasks.prepare import prepare_run
+    from dws.tasks.protocol import fit_run
+    from dws.tasks.trainer import train
+
+    opts = TrainOptions(store=str(tiny_store), model="dwsnet", epochs=2, lr=None, batch_size=16, hidden_channels=4,
+                        out=str(tmp_path / "run"), **QUIET)
+    trained = []
+
+    def train_fn(model, task, loaders, config, **kw):
+        trained.append(config.lr)
+        if config.lr == 5e-3:
+            task = NonFiniteAfter(task, steps=len(loaders["train"]))  # the first step of epoch 2
+        return train(model, task, loaders, config, **kw)
+
+    lines = []
+    first = fit_run(prepare_run(opts, lines.append), lines.append, train_fn=train_fn)
+    assert trained == [5e-3, 1e-3, 5e-4, 1e-4] and first["lr_search"]["0.005"] is None
+    assert any(line.startswith("lr 0.005: diverged (epoch 1: training loss is nan") for line in lines), lines
+    kept = sum(r.seconds for r in first["results"])
+    assert first["training_seconds"] > kept  # the other candidates' and the diverged one's too
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "lr0.005-seed0.pt", weights_only=False)
+    assert saved["status"] == "finished" and len(saved["outcome"]["history"]) == 1
+    assert saved["outcome"]["seconds"] > 0
+
+    lines.clear()
+    again = fit_run(prepare_run(opts, lines.append), lines.append, train_fn=train_fn)
+    assert trained == [5e-3, 1e-3, 5e-4, 1e-4]  # nothing trained again, the diverged candidate included
+    assert "lr 0.005, seed 0: diverged before the interruption, not trained again" in lines
+    assert again["lr_search"] == first["lr_search"] and again["training_seconds"] == first["training_seconds"]

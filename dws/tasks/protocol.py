@@ -18,7 +18,7 @@ import torch
 from .allocator import retain_freed_memory
 from .objectives import Task
 from .prepare import PreparedRun
-from .trainer import TrainConfig, TrainResult, train
+from .trainer import Diverged, TrainConfig, TrainResult, train
 
 PAPER_LRS = (5e-3, 1e-3, 5e-4, 1e-4)
 
@@ -74,13 +74,20 @@ def fit_run(run: PreparedRun, log=print, train_fn=train, shard: tuple[int, int] 
     spent: list[float] = []  # every training's seconds, lr search included, across resumes (checkpoints keep them)
 
     def fit(config: TrainConfig) -> TrainResult:
-        result = fit_one(config)
+        try:
+            result = fit_one(config)
+        except Diverged as e:
+            spent.append(e.seconds)
+            raise
         spent.append(result.seconds)
         return result
 
     def fit_one(config: TrainConfig) -> TrainResult:
         checkpoint = run.checkpoints.training(config.lr, config.seed, rank, world)
         outcome = checkpoint.outcome()
+        if outcome is not None and "diverged" in outcome:
+            log(f"{checkpoint.label}: diverged before the interruption, not trained again")
+            raise Diverged(outcome["diverged"], outcome["history"], outcome["seconds"])
         if outcome is not None:
             result = TrainResult(**outcome)
             log(f"{checkpoint.label}: finished before the interruption, reused (val {task.metric} "
@@ -89,7 +96,11 @@ def fit_run(run: PreparedRun, log=print, train_fn=train, shard: tuple[int, int] 
         torch.manual_seed(config.seed)
         model, desc = run.build_model(log)
         log(f"{opts.model}: {desc['params']:,} parameters; lr {config.lr:g}, seed {config.seed}")
-        result = train_fn(model, task, run.loaders(config.seed), config, log=log, checkpoint=checkpoint)
+        try:
+            result = train_fn(model, task, run.loaders(config.seed), config, log=log, checkpoint=checkpoint)
+        except Diverged as e:  # its outcome: what it did before diverging
+            checkpoint.finish({"diverged": str(e), "history": e.history, "seconds": e.seconds})
+            raise
         result.description = desc
         checkpoint.finish(vars(result))
         return result

@@ -50,6 +50,15 @@ class TrainConfig:
     precision: str = "fp32"  # the training step's arithmetic (AUTOCAST_DTYPES); evaluation stays float32
 
 
+class Diverged(FloatingPointError):
+    """A training whose loss turned non-finite, with what it had done: its completed epochs' ``history`` and
+    its ``seconds`` (the lr search records and counts them, and a rerun does not train it again)."""
+
+    def __init__(self, message: str, history: list[dict], seconds: float):
+        super().__init__(message)
+        self.history, self.seconds = history, seconds
+
+
 class Predictions(NamedTuple):
     """A split's model outputs, its targets, and the store rows (``index``) they belong to, in loader order."""
 
@@ -263,8 +272,15 @@ def train(
             with compile_errors(config):  # a compiled step is built at its first forward and backward
                 with step_precision(config):
                     loss = task.loss(step_model, ws, target, config.temperature)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"epoch {epoch}: training loss is {loss.item()}; lower the learning rate")
+                finite = torch.isfinite(loss.detach()).to(torch.int32)
+                if shard is not None:  # all workers stop at the same step (one alone would leave the others
+                    # waiting in DDP's gradient all-reduce)
+                    torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+                if not finite:
+                    here = loss.item()
+                    raise Diverged(f"epoch {epoch}: training loss is "
+                                   f"{here if not np.isfinite(here) else 'not finite on another worker'}; lower the "
+                                   f"learning rate", history, done["seconds"] + time.perf_counter() - t0)
                 opt.zero_grad(set_to_none=True)
                 (loss if shard is None else loss * weight).backward()
             opt.step()
