@@ -245,9 +245,17 @@ def load_run(run_dir: str | Path) -> LoadedRun:
     ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
     config = ckpt["config"]
     task = get_task(config["task"]["name"], config["task"]["target"])
-    model, _ = build_model(config["options"]["model"], tuple(config["widths"]), config["out_features"],
-                           **config["model_kwargs"], version=recorded_version(config))
-    model.load_state_dict(ckpt["state_dict"])
+    name, trained = config["options"]["model"], recorded_version(config)
+    model, _ = build_model(name, tuple(config["widths"]), config["out_features"], **config["model_kwargs"],
+                           version=trained)
+    try:
+        model.load_state_dict(ckpt["state_dict"])
+    except RuntimeError as e:  # parameters of another shape or name: a version today's code cannot build
+        if rebuilds_exactly(name, trained):
+            raise
+        raise ValueError(f"{run_dir} was trained as {name} version {trained}, whose parameters today's code "
+                         f"(version {model_version(name)}, dws.tasks.options.MODEL_VERSIONS) cannot load; evaluate "
+                         f"it with the code it was trained with") from e
     model.eval()
     normalizer = Normalizer.from_stats({k: tuple(v) for k, v in ckpt["stats"].items()})
     return LoadedRun(run_dir, config, task, model, normalizer, evaluation_transform(model))
