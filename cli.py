@@ -495,6 +495,16 @@ def show(store, out, count, data_root):
                    "as DWSNets' code; the recorded numbers) or orbit (pooled over the symmetry the model claims, "
                    "so normalizing commutes with it; see docs/stream.md). Default: orbit for the models that "
                    "claim a symmetry (dwsnet, the NFNs, ...), entry for the baselines. zoo eval uses the run's.")
+@click.option("--weight-decay", type=float, default=TRAIN["weight_decay"], show_default=True,
+              help="AdamW's weight decay (the paper's 5e-4; ScaleGMN's reference code: 1e-3).")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=TRAIN["warmup_steps"], show_default=True,
+              metavar="N", help="Raise the lr linearly over the first N optimizer steps (0: none, the paper's protocol; "
+                                "the neural graphs' and ScaleGMN's reference code: 1000).")
+@click.option("--clip-grad", type=float, default=TRAIN["clip_grad"], metavar="NORM",
+              help="Clip the gradients' global L2 norm to NORM before every step (default: none; the neural "
+                   "graphs' and ScaleGMN's reference code: 10).")
+@click.option("--amsgrad/--no-amsgrad", default=TRAIN["amsgrad"], show_default=True,
+              help="AdamW's AMSGrad variant (the neural graphs' reference code).")
 @click.option("--resume/--restart", default=TRAIN["resume"], show_default=True,
               help="--resume: continue an interrupted run in the run directory after its last completed epoch "
                    "(refused if the settings differ); --restart: discard it and start over (see docs/train.md).")

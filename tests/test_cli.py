@@ -61,6 +61,9 @@ def test_generate_refuses_bad_values_before_creating_anything(tmp_path, options,
     (["--lr", "0"], "--lr must be positive"),
     (["--dropout", "1"], "--dropout must be in [0, 1)"),
     (["--device", "foo"], "is not a device"),
+    (["--clip-grad", "0"], "--clip-grad must be positive"),
+    (["--clip-grad", "nan"], "--clip-grad must be positive"),
+    (["--weight-decay", "-1e-4"], "--weight-decay must be >= 0"),
 ])
 def test_train_refuses_bad_values_before_creating_a_run(tiny_store, tmp_path, options, message):
     run = tmp_path / "run"

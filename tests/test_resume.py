@@ -326,3 +326,40 @@ def test_a_model_whose_code_version_moved_is_neither_resumed_nor_reused(tiny_sto
         assert finished_run(again) is not None
     finally:
         del MODEL_VERSIONS["dwsnet"]
+
+
+def test_the_reference_recipe_steps_and_resumes_as_one_run(tiny_store, tmp_path, monkeypatch):
+    """--warmup-steps, --clip-grad, --amsgrad and --weight-decay reach every optimizer step: the lr rises
+    linearly over the warmup (across an epoch boundary), every step's gradients are clipped, AdamW runs
+    AMSGrad with the given decay; and a run interrupted inside the warmup resumes it where it was."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    recipe = dict(warmup_steps=5, clip_grad=1e-2, amsgrad=True, weight_decay=1e-3)
+    opts = TrainOptions(store=str(tiny_store), out=str(tmp_path / "reference"),
+                        **{**COMMON, "seeds": 1, "epochs": 2, **recipe})
+    seen = []
+
+    def record(optimizer, args, kwargs):
+        group = optimizer.param_groups[0]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for g in optimizer.param_groups
+                                                     for p in g["params"] if p.grad is not None]))
+        seen.append((group["lr"], float(norm), group["amsgrad"], group["weight_decay"]))
+
+    handle = register_optimizer_step_pre_hook(record)
+    try:
+        reference = train_run(opts, log=lambda *_: None)
+        steps = len(seen)
+        assert steps == 6  # two epochs of 3 steps: the warmup ends in the second
+        assert [lr for lr, *_ in seen] == pytest.approx([1e-3 * min(1, k / 5) for k in range(1, steps + 1)])
+        assert all(norm <= 1e-2 * (1 + 1e-5) for _, norm, *_ in seen)
+        assert all(amsgrad and decay == 1e-3 for *_, amsgrad, decay in seen)
+
+        seen.clear()
+        resumed_opts = replace(opts, out=str(tmp_path / "run"))
+        interrupted(resumed_opts, monkeypatch, saves=1)  # after epoch 1, inside the warmup
+        first = len(seen)
+        metrics = train_run(resumed_opts, log=lambda *_: None)
+    finally:
+        handle.remove()
+    assert first == 3 and [lr for lr, *_ in seen[first:]] == pytest.approx([8e-4, 1e-3, 1e-3])  # steps 4-6
+    assert without_seconds(metrics) == without_seconds(reference)

@@ -150,6 +150,13 @@ class TrainOptions:
     # bytes the process may hold (dws.stream.memory.plan_memory): which splits are held, the shuffle window's size
     max_memory: int = DEFAULT_MAX_MEMORY
     normalize: str | None = None  # NORMALIZATIONS; None: orbit where the model claims a symmetry, else entry
+    # the training recipes of the newer models' reference code (off: the paper's protocol, every table cell):
+    # AdamW's weight decay, the lr raised linearly over the first N steps, the gradients' global norm clipped,
+    # AdamW's AMSGrad variant
+    weight_decay: float = 5e-4
+    warmup_steps: int = 0
+    clip_grad: float | None = None
+    amsgrad: bool = False
 
 
 DEFAULTS = {f.name: f.default for f in fields(TrainOptions) if f.name != "store"}
@@ -172,8 +179,12 @@ def check_options(opts: TrainOptions) -> None:
                       "--patience": (opts.patience, 1), "--train-limit": (opts.train_limit, 1),
                       "--train-views": (opts.train_views, 1),
                       "--precise-bn": (opts.precise_bn, 0), "--input-reduction": (opts.input_reduction, 1),
-                      "--image-batch": (opts.image_batch, 1), "--max-memory": (opts.max_memory, 1)})
+                      "--image-batch": (opts.image_batch, 1), "--max-memory": (opts.max_memory, 1),
+                      "--warmup-steps": (opts.warmup_steps, 0)})
     require_positive("--lr", opts.lr)
+    require_positive("--clip-grad", opts.clip_grad)
+    if not opts.weight_decay >= 0:
+        raise ValueError(f"--weight-decay must be >= 0, got {opts.weight_decay}")
     if not 0 <= opts.dropout < 1:
         raise ValueError(f"--dropout must be in [0, 1), got {opts.dropout}")
     for flag, value, choices in (("--model", opts.model, MODELS), ("--task", opts.task, TASKS),

@@ -163,7 +163,8 @@ SPEED_ONLY = ("out", "progress", "loader_workers", "compile", "device", "backend
 # which the default budget also holds whole unless the model's share leaves less room); float32 steps
 LEGACY_SETTINGS = {"normalize": lambda opts: None if opts.normalize is None else "entry",
                    "max_memory": lambda opts: DEFAULT_MAX_MEMORY,
-                   "precision": lambda opts: "fp32"}
+                   "precision": lambda opts: "fp32", "weight_decay": lambda opts: 5e-4, "warmup_steps": lambda opts: 0,
+                   "clip_grad": lambda opts: None, "amsgrad": lambda opts: False}
 
 
 def option_flag(name: str) -> str:

@@ -48,6 +48,15 @@ class TrainConfig:
     temperature: float = 0.1  # NT-Xent, SSL only
     compile: bool = False  # the training forward through torch.compile; evaluation stays eager
     precision: str = "fp32"  # the training step's arithmetic (AUTOCAST_DTYPES); evaluation stays float32
+    warmup_steps: int = 0  # the lr of step k (from 1) is lr * min(1, k / warmup_steps)
+    clip_grad: float | None = None  # the gradients' global L2 norm clipped to this before every step
+    amsgrad: bool = False  # AdamW's AMSGrad variant
+
+
+def warmed_up_lr(config: TrainConfig, step: int) -> float:
+    """The lr of optimizer step ``step`` (1, 2, ...): raised linearly over ``warmup_steps``, as the neural
+    graphs' and ScaleGMN's reference code (``WarmupLRScheduler``) does; ``config.lr`` without warmup."""
+    return config.lr * min(1.0, step / config.warmup_steps) if config.warmup_steps else config.lr
 
 
 class Diverged(FloatingPointError):
@@ -234,17 +243,19 @@ def train(
     torch.manual_seed(config.seed)
     device = config.device
     model.to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, amsgrad=config.amsgrad)
     # compiled for the training step only: evaluation under no_grad would compile a second graph, and the
     # state dict stays the eager module's (same parameters, same names)
     step_model = compiled(model, device) if config.compile else model
     stateful = {"model": model, "optimizer": opt,
                 **{f"loader:{name}": loader for name, loader in loaders.items() if hasattr(loader, "state_dict")}}
-    # the loop's own state: epochs completed, the best so far, history, epochs without progress, time spent
-    done = {"epoch": 0, "best": None, "best_state": None, "best_epoch": -1, "history": [], "stale": 0, "seconds": 0.0}
+    # the loop's own state: epochs completed, the best so far, history, epochs without progress, time spent,
+    # optimizer steps taken (for the warmup)
+    done = {"epoch": 0, "best": None, "best_state": None, "best_epoch": -1, "history": [], "stale": 0, "seconds": 0.0,
+            "steps": 0}
     saved = None if checkpoint is None else checkpoint.resume(stateful)
     if saved is not None:
-        done = saved
+        done = {"steps": 0, **saved}  # saved before steps were counted: never with a warmup (LEGACY_SETTINGS)
         if log is not None:
             log(f"resuming {checkpoint.label} after epoch {done['epoch']} of {config.epochs}")
     history = done["history"]
@@ -283,6 +294,11 @@ def train(
                                    f"learning rate", history, done["seconds"] + time.perf_counter() - t0)
                 opt.zero_grad(set_to_none=True)
                 (loss if shard is None else loss * weight).backward()
+            if config.clip_grad is not None:  # after DDP's all-reduce: every worker clips the same gradients
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
+            done["steps"] += 1
+            for group in opt.param_groups:
+                group["lr"] = warmed_up_lr(config, done["steps"])
             opt.step()
             losses.append(loss.item() if shard is None else loss.item() * weight / shard[1])
         if shard is not None:  # the sum over workers of their weighted shard losses: each whole batch's loss
