@@ -441,3 +441,26 @@ def test_a_cell_of_older_model_code_is_neither_shown_nor_used_for_its_lr(stores,
     with pytest.raises(ValueError, match=r"no learning rate chosen at smoke scale for dwsnet \(its cell there is "
                                          r"of model version 1, now 2\): run .*--models dwsnet"):
         weight_models.run("smoke-full", tmp_path / "smoke-full", 1, MODELS, log=QUIET, stores=stores)
+
+
+def test_every_stage_of_the_queue_names_a_cell_the_pipeline_trains():
+    """pipelines/weight_models_queue.sh: each stage's column, scale and models are accepted as the pipeline
+    reads them (a scale the column has, models it applies to), and its full cells come after the ci cells
+    their learning rates come from."""
+    script = (Path(weight_models.__file__).parent / "weight_models_queue.sh").read_text()
+    cheap = re.search(r"^CHEAP=(\S+)$", script, re.M).group(1)
+    stages = [shlex.split(line.replace("$CHEAP", cheap))[1:] for line in script.splitlines()
+              if line.startswith("stage ")]
+    assert len(stages) >= 20
+    seen_ci = set()
+    for name, column, scale, models, *_ in stages:
+        args = weight_models.parse_args(["--column", column, "--scale", scale, "--models", models])
+        chosen = weight_models.column_models(column, weight_models.parse_models(args.models) if args.models else None,
+                                             log=QUIET)
+        weight_models.column_protocol(column, scale)
+        if scale == "ci":
+            seen_ci |= {(column, m) for m in chosen}
+        elif column in ("mnist", "fmnist", "generalization"):
+            assert {(column, m) for m in chosen} <= seen_ci, f"{name}: full before its ci cells"
+    for column in ("mnist", "fmnist"):  # every row of the two INR columns is queued at full scale
+        assert {(column, m) for m in weight_models.MODELS} <= seen_ci
