@@ -167,8 +167,7 @@ def test_saved_runs_still_load(model):
     """The faster forms kept every parameter and its name: the state dict's keys and shapes are the
     same as the modules' parameters as the papers' layers name them."""
     keys = model((2, 4, 1), 1).state_dict().keys()
-    names = {"construct.forward_edge.weight", "construct.forward_edge.bias"}  # ng-gnn 3: one map for both ways
-    names |= {"construct.backward_edge.weight"} if model is NGTransformer else set()
+    names = {"construct.forward_edge.weight", "construct.backward_edge.weight", "construct.forward_edge.bias"}
     names |= ({"backbone.convs.0.edge_encoder.weight", "backbone.edge_updates.0.lin_e.weight"} if model is NGGNN
               else {"layers.0.attention.qkv_edge.weight", "layers.0.attention.qkv_node.weight",
                     "layers.0.edge_update.lin_e.weight"})

@@ -316,6 +316,12 @@ def test_a_model_whose_code_version_moved_is_neither_resumed_nor_reused(tiny_sto
         assert finished_run(opts) is None
         note = evaluate_run(tmp_path / "done", tiny_store)["note"]
         assert "trained as dwsnet version 1, rebuilt as version 2" in note
+        saved = torch.load(tmp_path / "done" / "best.pt", weights_only=False)  # version 2 renamed a parameter
+        saved["state_dict"] = {f"renamed.{k}": v for k, v in saved["state_dict"].items()}
+        torch.save(saved, tmp_path / "done" / "best.pt")
+        with pytest.raises(ValueError, match=r"trained as dwsnet version 1, whose parameters today's code \(version "
+                                             r"2, dws.tasks.options.MODEL_VERSIONS\) cannot load"):
+            evaluate_run(tmp_path / "done", tiny_store)
         with pytest.raises(CheckpointError, match="--model version: unfinished run None, now 2"):
             train_run(unfinished, log=lambda *_: None)
         assert list((tmp_path / "unfinished" / CHECKPOINTS).glob("*.pt"))  # nothing lost

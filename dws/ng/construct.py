@@ -3,17 +3,10 @@
 As in the reference code's ``GraphConstructor`` (``sin_emb=True``, ``use_pos_embed=True``): every
 weight and bias value is lifted by random Fourier features and a linear map, input neurons (which
 have no bias) get the features of a zero bias, and the positional features of
-:class:`~dws.ng.positions.NeuronPositions` are added to the nodes. The code's two consecutive linear
-maps per input (``proj_weight``, ``proj_edge_in``) are one here (the same function class).
-
-Both directions (``bidirectional``), two ways:
-
-* ``tag_directions=True``, the PNA code's (``rev_edge_features=True``): a forward edge is ``[w, 0, w]``,
-  its reverse ``[0, w, w]``, lifted by one Gaussian map of three inputs and one linear map. The
-  directions differ by their frequencies (``b_1 + b_3`` and ``b_2 + b_3``, each of std ``scale * sqrt(2)``).
-* ``tag_directions=False`` (``ng-gnn`` versions 1-2, ``ng-transformer``): ``w`` lifted once, each
-  direction its own linear map (``ng-transformer``'s code lifts the forward edges only; its reverse
-  pairs start from a zero weight's features).
+:class:`~dws.ng.positions.NeuronPositions` are added to the nodes. The reverse edges get their own
+linear map of the same Fourier features (the code encodes ``[w, 0, w]`` forward and ``[0, w, w]``
+backward with one Gaussian map, which also tells the directions apart); the code's two consecutive
+linear maps per input (``proj_weight``, ``proj_edge_in``) are one here (the same function class).
 """
 
 from __future__ import annotations
@@ -34,17 +27,14 @@ class GraphConstructor(nn.Module):
     """``WeightSpace`` -> :class:`LayeredGraph` with ``node_channels`` / ``edge_channels`` features."""
 
     def __init__(self, widths: Sequence[int], node_channels: int, edge_channels: int, fourier_features: int = 128,
-                 fourier_scale: float = 3.0, bidirectional: bool = True, in_channels: int = 1,
-                 tag_directions: bool = False):
+                 fourier_scale: float = 3.0, bidirectional: bool = True, in_channels: int = 1):
         super().__init__()
         self.widths, self.bidirectional = tuple(int(d) for d in widths), bool(bidirectional)
-        self.tag_directions = self.bidirectional and bool(tag_directions)
-        self.weight_features = FourierFeatures((3 if self.tag_directions else 1) * in_channels, fourier_features,
-                                               fourier_scale)
+        self.weight_features = FourierFeatures(in_channels, fourier_features, fourier_scale)
         self.bias_features = FourierFeatures(in_channels, fourier_features, fourier_scale)
         lifted = 2 * fourier_features
         self.forward_edge = Linear(lifted, edge_channels)
-        self.backward_edge = Linear(lifted, edge_channels) if bidirectional and not self.tag_directions else None
+        self.backward_edge = Linear(lifted, edge_channels) if bidirectional else None
         self.node = nn.Linear(lifted, node_channels)
         self.positions = NeuronPositions(self.widths, node_channels)
 
@@ -56,12 +46,6 @@ class GraphConstructor(nn.Module):
         no_bias = w0.new_zeros(w0.shape[0], w0.shape[2], w0.shape[3])  # input neurons: a zero bias
         nodes = [self.node(self.bias_features.encode(b)) + p
                  for b, p in zip((no_bias, *ws.biases), self.positions())]
-        if self.tag_directions:  # one map of [w, 0, w] and of [0, w, w]
-            tagged = [(torch.cat([w, torch.zeros_like(w), w], dim=-1), torch.cat([torch.zeros_like(w), w, w], dim=-1))
-                      for w in ws.weights]
-            forward, backward = zip(*((self.forward_edge(self.weight_features.encode(f)),
-                                       self.forward_edge(self.weight_features.encode(b))) for f, b in tagged))
-            return LayeredGraph(tuple(nodes), forward, backward)
         lifted = [self.weight_features.encode(w) for w in ws.weights]
         if not self.bidirectional:
             return LayeredGraph(tuple(nodes), tuple(self.forward_edge(f) for f in lifted))

@@ -50,15 +50,12 @@ class NGGNN(nn.Module):
 
     def __init__(self, widths: Sequence[int], out_features: int, channels: int = 32, num_layers: int = 4,
                  fourier_features: int = 128, fourier_scale: float = 3.0, dropout: float = 0.0,
-                 bidirectional: bool = True, in_channels: int = 1, norm: str = "graph", reference_lift: bool = True):
-        """``norm`` and ``reference_lift`` (the code's ``[w, 0, w]`` / ``[0, w, w]`` edge lift and its delta):
-        today's choices; ``"node"`` and ``False`` rebuild earlier versions (``dws.tasks.models.EARLIER_VERSIONS``)."""
+                 bidirectional: bool = True, in_channels: int = 1, norm: str = "graph"):
         super().__init__()
         self.widths = check_widths(widths)
         self.construct = GraphConstructor(self.widths, channels, channels, fourier_features, fourier_scale,
-                                          bidirectional, in_channels, tag_directions=reference_lift)
-        self.backbone = PNABackbone(self.widths, channels, num_layers, dropout, bidirectional, norm=norm,
-                                    forward_delta=reference_lift)
+                                          bidirectional, in_channels)
+        self.backbone = PNABackbone(self.widths, channels, num_layers, dropout, bidirectional, norm=norm)
         self.head = OutputNeuronHead(self.widths[-1], channels, channels, out_features, depth=3)
 
     def forward(self, ws: WeightSpace) -> torch.Tensor:

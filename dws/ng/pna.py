@@ -118,13 +118,11 @@ class PNABackbone(nn.Module):
 
     def __init__(self, widths: Sequence[int], channels: int, num_layers: int = 4, dropout: float = 0.0,
                  bidirectional: bool = True, scalers: Sequence[str] = ("identity", "amplification"),
-                 norm: str = "graph", forward_delta: bool = True):
+                 norm: str = "graph"):
         super().__init__()
         if norm not in PNA_NORMS:
             raise ValueError(f"ng-gnn norm must be one of {sorted(PNA_NORMS)}, got {norm!r}")
-        # the code's delta (GNNForClassification's histogram) counts forward in-degrees, also when messages flow
-        # back; versions 1-2 took the in-degrees the messages have (forward_delta=False)
-        degrees = in_degrees(widths, bidirectional and not forward_delta)
+        degrees = in_degrees(widths, bidirectional)
         delta = mean_log_degree(degrees, widths)
         self.convs = nn.ModuleList(PNAConv(channels, channels, delta, scalers) for _ in range(num_layers))
         self.norms = nn.ModuleList(PNA_NORMS[norm](channels) for _ in range(num_layers - 1))

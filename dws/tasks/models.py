@@ -83,7 +83,7 @@ def nfn_fourier_scale(weight_std: float | None) -> float:
 
 # Earlier model versions (dws.tasks.options.MODEL_VERSIONS) that today's code still builds exactly: the
 # constructor arguments that differ, so that ``zoo eval`` of an old run reproduces what it recorded.
-EARLIER_VERSIONS = {("ng-gnn", 1): {"norm": "node", "reference_lift": False}, ("ng-gnn", 2): {"reference_lift": False}}
+EARLIER_VERSIONS = {("ng-gnn", 1): {"norm": "node"}}
 
 
 def rebuilds_exactly(name: str, version: int) -> bool:

@@ -55,10 +55,8 @@ CLAIMED_SYMMETRY = {
 # for every run saved before versions existed. History: nfn-* 2 (2026-11-27): the reference's channel
 # dropout after every layer, and its Fourier scale matched to standardized inputs (weight_std).
 # ng-gnn 2 (2026-11-28): layer norm over each network's nodes and channels (the reference's PyG
-# LayerNorm in graph mode), not over each node's channels (dws.ng.pna.GraphLayerNorm). ng-gnn 3
-# (2026-11-28): the reference's edge lift ([w, 0, w] / [0, w, w], one Gaussian map and one linear map) and
-# its PNA delta from forward in-degrees (dws.ng.construct, dws.ng.pna.PNABackbone).
-MODEL_VERSIONS = {"nfn-np": 2, "nfn-hnp": 2, "ng-gnn": 3}
+# LayerNorm in graph mode), not over each node's channels (dws.ng.pna.GraphLayerNorm).
+MODEL_VERSIONS = {"nfn-np": 2, "nfn-hnp": 2, "ng-gnn": 2}
 
 
 def model_version(model: str) -> int:
