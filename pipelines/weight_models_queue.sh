@@ -26,7 +26,8 @@ stage() {  # stage NAME COLUMN SCALE MODELS [STORES]; MODELS "": every model the
     echo "$(date -u +%FT%TZ) start $name"
     nice -n 19 python -m pipelines.weight_models --column "$column" --scale "$scale" --models "$models" \
         --stores "$stores" --out "$R/weight-models" > "$L/$name.log" 2>&1
-    echo "$(date -u +%FT%TZ) end $name (exit $?)"
+    local status=$?
+    echo "$(date -u +%FT%TZ) end $name (exit $status)"
 }
 
 stage ci-mnist-scalegmn mnist ci scalegmn
