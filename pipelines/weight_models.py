@@ -381,6 +381,12 @@ def trained_seconds(metrics: dict) -> float:
     return metrics.get("training_seconds", sum(metrics["seconds"]))
 
 
+def trained_epochs(metrics: dict, planned: int) -> int:
+    """The epochs a finished run's trainings completed: fewer than planned where early stopping or a
+    diverged lr candidate ended one. Runs written before ``training_epochs`` was show the plan."""
+    return metrics.get("training_epochs", planned)
+
+
 def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: float | None = None,
                 params: int | None = None, running: bool = False, column: str = "mnist") -> dict:
     """What the table says of one cell now: finished (its metrics), running, unfinished or not run.
@@ -394,7 +400,7 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
         spec = COLUMNS[column]
         metrics = {k: done[k] for k in ("lr", "lr_search", "params", "seconds")}
         val = float(np.mean([seed[spec.selection] for seed in done["val"]]))
-        return {**record, **metrics, "status": DONE, "epochs_done": record["epochs_planned"],
+        return {**record, **metrics, "status": DONE, "epochs_done": trained_epochs(done, record["epochs_planned"]),
                 "model_version": model_version(opts.model),
                 f"val_{spec.selection}": val, **{m.key: m.read(done) for m in spec.metrics},
                 "wall_seconds": max(wall_seconds or 0.0, trained_seconds(done))}

@@ -340,6 +340,7 @@ def test_a_diverged_candidate_is_recorded_counted_and_not_trained_again(tiny_sto
     assert any(line.startswith("lr 0.005: diverged (epoch 1: training loss is nan") for line in lines), lines
     kept = sum(r.seconds for r in first["results"])
     assert first["training_seconds"] > kept  # the other candidates' and the diverged one's too
+    assert first["training_epochs"] == 1 + 3 * 2  # the diverged candidate completed one of its two epochs
     saved = torch.load(tmp_path / "run" / "checkpoints" / "lr0.005-seed0.pt", weights_only=False)
     assert saved["status"] == "finished" and len(saved["outcome"]["history"]) == 1
     assert saved["outcome"]["seconds"] > 0
@@ -349,3 +350,4 @@ def test_a_diverged_candidate_is_recorded_counted_and_not_trained_again(tiny_sto
     assert trained == [5e-3, 1e-3, 5e-4, 1e-4]  # nothing trained again, the diverged candidate included
     assert "lr 0.005, seed 0: diverged before the interruption, not trained again" in lines
     assert again["lr_search"] == first["lr_search"] and again["training_seconds"] == first["training_seconds"]
+    assert again["training_epochs"] == first["training_epochs"]

@@ -71,15 +71,16 @@ def fit_run(run: PreparedRun, log=print, train_fn=train, shard: tuple[int, int] 
         log(f"resuming the unfinished run in {run.run_dir} ({len(resumed)} training(s) saved; "
             f"--restart starts over)")
     run.checkpoints.begin(writer=rank == 0)
-    spent: list[float] = []  # every training's seconds, lr search included, across resumes (checkpoints keep them)
+    # every training's (seconds, completed epochs), lr search included, across resumes (checkpoints keep them)
+    spent: list[tuple[float, int]] = []
 
     def fit(config: TrainConfig) -> TrainResult:
         try:
             result = fit_one(config)
         except Diverged as e:
-            spent.append(e.seconds)
+            spent.append((e.seconds, len(e.history)))
             raise
-        spent.append(result.seconds)
+        spent.append((result.seconds, len(result.history)))
         return result
 
     def fit_one(config: TrainConfig) -> TrainResult:
@@ -114,7 +115,7 @@ def fit_run(run: PreparedRun, log=print, train_fn=train, shard: tuple[int, int] 
     else:
         outcome = summarize(task, opts.lr, opts.seed,
                             [fit(replace(base, seed=opts.seed + s)) for s in range(opts.seeds)], None)
-    return {**outcome, "training_seconds": sum(spent)}
+    return {**outcome, "training_seconds": sum(s for s, _ in spent), "training_epochs": sum(e for _, e in spent)}
 
 
 def summarize(task: Task, lr: float, first_seed: int, runs: list[TrainResult], search: dict | None) -> dict:
