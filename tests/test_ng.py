@@ -257,6 +257,18 @@ def test_an_ng_gnn_run_of_version_1_evaluates_as_it_was_trained(tiny_store, tmp_
     assert "trained as ng-gnn version 1, rebuilt as version 2" in evaluate_run(tmp_path / "v1", tiny_store)["note"]
 
 
+def test_every_earlier_version_listed_is_built_as_listed():
+    """An entry of EARLIER_VERSIONS claims `build_model(version=...)` rebuilds that version; each model's
+    branch must pass the entry's arguments on, or an old run would silently evaluate as today's model."""
+    from dws.tasks.models import EARLIER_VERSIONS, build_model
+
+    assert EARLIER_VERSIONS
+    for (name, version), changes in EARLIER_VERSIONS.items():
+        old, _ = build_model(name, (2, 8, 8, 1), 10, hidden_channels=4, activation="sine", version=version)
+        new, _ = build_model(name, (2, 8, 8, 1), 10, hidden_channels=4, activation="sine")
+        assert repr(old) != repr(new), (name, version, changes)
+
+
 def test_graph_models_default_to_batches_that_fit_a_small_machine():
     """`--batch-size` unset: 64 for the graph models (per-weight activations), 512 for the others;
     a given size is kept."""
