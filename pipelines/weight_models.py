@@ -339,13 +339,20 @@ def planned_epochs(opts: TrainOptions) -> int:
     return opts.epochs * ((len(PAPER_LRS) if opts.lr is None else 1) + opts.seeds - 1)
 
 
-def epochs_done(run_dir: Path) -> int:
-    """Epochs the unfinished cell's trainings completed (from their checkpoints)."""
-    done = 0
+def checkpoint_progress(run_dir: Path) -> tuple[int, float]:
+    """Epochs the unfinished cell's trainings completed, and the seconds they took (from their checkpoints)."""
+    epochs, seconds = 0, 0.0
     for path in sorted((run_dir / CHECKPOINTS).glob("*.pt")):
         saved = Checkpoint(path, path.stem).read()
-        done += len(saved["outcome"]["history"]) if saved["status"] == FINISHED else saved["values"]["epoch"]
-    return done
+        done = saved["outcome"] if saved["status"] == FINISHED else saved["values"]
+        epochs += len(done["history"]) if saved["status"] == FINISHED else done["epoch"]
+        seconds += done.get("seconds", 0.0)
+    return epochs, seconds
+
+
+def epochs_done(run_dir: Path) -> int:
+    """Epochs the unfinished cell's trainings completed (from their checkpoints)."""
+    return checkpoint_progress(run_dir)[0]
 
 
 def refuse_other_finished(opts: TrainOptions, log=print) -> None:
@@ -533,8 +540,10 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
         return metric.show(cell[metric.key])
     if cell["status"] == REFUSED:
         return not_run(cell)
-    live = epochs_done(Path(cell["run_dir"])) if cell.get("run_dir") else 0  # a running cell's checkpoints now
-    return f"{cell['status']} {max(live, cell['epochs_done'])}/{cell['epochs_planned']} epochs"
+    live, seconds = checkpoint_progress(Path(cell["run_dir"])) if cell.get("run_dir") else (0, 0.0)  # checkpoints now
+    done, planned = max(live, cell["epochs_done"]), cell["epochs_planned"]
+    to_go = f", ~{fmt_seconds((planned - done) * seconds / live)} to go" if live and seconds > 0 else ""
+    return f"{cell['status']} {done}/{planned} epochs{to_go}"
 
 
 def write_summary(out_root: Path, scales: dict | None = None) -> Path:

@@ -361,8 +361,12 @@ def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path
                      "generalization, Kendall τ (smoke)", "adaptation, test acc. % (adapted) (smoke)",
                      "adaptation, before adaptation % (smoke)"]
     cell = dict(zip(names, rows["dwsnet"]))
-    assert cell["MNIST INRs, test acc. % (smoke)"] == "unfinished 1/2 epochs"
-    assert dict(zip(names, rows["ng-gnn"]))["MNIST INRs, test acc. % (smoke)"] == "running 1/2 epochs"
+    # how far each is, and the time left at the pace of its epochs so far (one epoch done, one to go)
+    epoch_seconds = weight_models.checkpoint_progress(Path(mnist["cells"]["dwsnet"]["run_dir"]))[1]
+    assert epoch_seconds > 0
+    to_go = f"~{weight_models.fmt_seconds(epoch_seconds)} to go"
+    assert cell["MNIST INRs, test acc. % (smoke)"] == f"unfinished 1/2 epochs, {to_go}"
+    assert dict(zip(names, rows["ng-gnn"]))["MNIST INRs, test acc. % (smoke)"] == f"running 1/2 epochs, {to_go}"
     assert cell["Fashion-MNIST INRs, test acc. % (smoke)"] == "not run"
     done = cells(out_root / "smoke", "generalization")["dwsnet"]
     assert cell["generalization, 100 × test MSE (smoke)"] == f"{100 * done['test_mse']:.3f}"
