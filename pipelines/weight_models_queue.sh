@@ -10,8 +10,9 @@
 # A stage that fails is said in the log, and the queue goes on with the next.
 #
 # Order (docs/train.md, "Filling the table"): ScaleGMN's MNIST cells first (the >= 96.6% goal; its full
-# cell is ~20-27 h of a 2-core CPU), then its Fashion-MNIST ones (>= 80.8%), ng-gnn's (the paper's
-# 91.4%), the cheap models and the NFNs, the other graph models, then the other columns.
+# cell is ~12-13 h of a 2-core CPU with AVX-512 bfloat16, session 12), then its Fashion-MNIST ones (>= 80.8%), ng-gnn's (the paper's
+# 91.4%), the cheap models and the NFNs, the other graph models, then the other columns; last, the MNIST
+# full cells that sessions 1-11 recorded (DWSNet, the NFNs) but whose run directories were lost.
 set -u
 cd "$(dirname "$0")/.."
 R=$(realpath -m "${1:-results}")
@@ -38,7 +39,7 @@ stage ci-mnist-ng-gnn mnist ci ng-gnn
 stage full-mnist-ng-gnn mnist full ng-gnn
 stage ci-mnist-cheap mnist ci $CHEAP
 stage ci-fmnist-cheap fmnist ci $CHEAP
-stage full-mnist-cheap mnist full $CHEAP
+stage full-mnist-mlps mnist full mlp,mlp-align
 stage full-fmnist-cheap fmnist full $CHEAP
 stage ci-mnist-graphs mnist ci ng-transformer,scalegmn-b
 stage ci-fmnist-graphs fmnist ci ng-gnn,ng-transformer,scalegmn-b
@@ -51,5 +52,7 @@ stage ci-generalization generalization ci $CHEAP "$R/generalization"
 stage full-generalization generalization full $CHEAP "$R/generalization"
 stage ci-generalization-graphs generalization ci ng-gnn,scalegmn,ng-transformer,scalegmn-b "$R/generalization"
 stage full-generalization-graphs generalization full ng-gnn,scalegmn,ng-transformer,scalegmn-b "$R/generalization"
+# recorded in sessions 1-11 with their commands (docs/train.md), run directories lost with session 12's machine
+stage full-mnist-recorded mnist full dwsnet,nfn-hnp,nfn-np
 python -m pipelines.weight_models --summary --out "$R/weight-models" > "$L/summary.log" 2>&1
 echo "$(date -u +%FT%TZ) queue done: $R/weight-models/summary.md"
