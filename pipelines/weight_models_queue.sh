@@ -20,6 +20,8 @@ L=$R/weight-models/logs
 mkdir -p "$L"
 # a CPU shared with other jobs (docs/train.md): OpenMP threads sleep between operators, no mmapped buffers
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} MALLOC_MMAP_MAX_=${MALLOC_MMAP_MAX_:-0}
+# progress bars into a log file: a line every 30 s, not one per batch (a full cell's log stays ~1 MB, not ~10)
+export TQDM_MININTERVAL=${TQDM_MININTERVAL:-30}
 CHEAP=mlp,mlp-align,dwsnet,nfn-hnp,nfn-np
 
 stage() {  # stage NAME COLUMN SCALE MODELS [STORES]; MODELS "": every model the column applies to
