@@ -10,9 +10,10 @@
 # A stage that fails is said in the log, and the queue goes on with the next.
 #
 # Order (docs/train.md, "Filling the table"): ScaleGMN's MNIST cells first (the >= 96.6% goal; its full
-# cell is ~12-13 h of a 2-core CPU with AVX-512 bfloat16, session 12), then its Fashion-MNIST ones (>= 80.8%), ng-gnn's (the paper's
-# 91.4%), the cheap models and the NFNs, the other graph models, then the other columns; last, the MNIST
-# full cells that sessions 1-11 recorded (DWSNet, the NFNs) but whose run directories were lost.
+# cell is ~12-13 h of a 2-core CPU with AVX-512 bfloat16, session 12), then its Fashion-MNIST ones
+# (>= 80.8%), ng-gnn's (the paper's 91.4%), the cheap models and the NFNs, the other graph models, then
+# the other columns; last, the MNIST full cells that sessions 1-11 recorded (DWSNet, the NFNs) but
+# whose run directories were lost.
 set -u
 cd "$(dirname "$0")/.."
 R=$(realpath -m "${1:-results}")
