@@ -344,15 +344,14 @@ def checkpoint_progress(run_dir: Path) -> tuple[int, float]:
     epochs, seconds = 0, 0.0
     for path in sorted((run_dir / CHECKPOINTS).glob("*.pt")):
         saved = Checkpoint(path, path.stem).read()
-        done = saved["outcome"] if saved["status"] == FINISHED else saved["values"]
-        epochs += len(done["history"]) if saved["status"] == FINISHED else done["epoch"]
+        if saved["status"] == FINISHED:
+            done = saved["outcome"]
+            epochs += len(done["history"])
+        else:
+            done = saved["values"]
+            epochs += done["epoch"]
         seconds += done.get("seconds", 0.0)
     return epochs, seconds
-
-
-def epochs_done(run_dir: Path) -> int:
-    """Epochs the unfinished cell's trainings completed (from their checkpoints)."""
-    return checkpoint_progress(run_dir)[0]
 
 
 def refuse_other_finished(opts: TrainOptions, log=print) -> None:
@@ -411,7 +410,7 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
                 "model_version": model_version(opts.model),
                 f"val_{spec.selection}": val, **{m.key: m.read(done) for m in spec.metrics},
                 "wall_seconds": max(wall_seconds or 0.0, trained_seconds(done))}
-    done_epochs = epochs_done(Path(opts.out))
+    done_epochs = checkpoint_progress(Path(opts.out))[0]
     status = RUNNING if running else UNFINISHED if done_epochs else NOT_RUN
     return {**record, "status": status, "epochs_done": done_epochs}
 
