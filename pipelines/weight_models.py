@@ -55,12 +55,14 @@ import math
 import shlex
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
 from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, Checkpoint
+from dws.tasks.objectives import TASKS
 from dws.tasks.options import (ADAPT_MODELS, DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, NG_MODELS,
                                SCALEGMN_MODELS, TrainOptions, model_defaults, model_version, recorded_version,
                                with_task_defaults)
@@ -339,9 +341,21 @@ def planned_epochs(opts: TrainOptions) -> int:
     return opts.epochs * ((len(PAPER_LRS) if opts.lr is None else 1) + opts.seeds - 1)
 
 
-def checkpoint_progress(run_dir: Path) -> tuple[int, float]:
-    """Epochs the unfinished cell's trainings completed, and the seconds they took (from their checkpoints)."""
-    epochs, seconds = 0, 0.0
+class Progress(NamedTuple):
+    """What an unfinished cell's checkpoints say of its trainings (lr candidates, seeds) so far."""
+
+    epochs: int  # completed, over every training
+    seconds: float  # those epochs took
+    best: float | None = None  # the best validation value of the task's selection metric in any epoch
+    best_epoch: int | None = None  # its epoch (1-based)
+    best_training: str | None = None  # the checkpoint's label (e.g. lr0.0001-seed0)
+
+
+def checkpoint_progress(run_dir: Path, task: str = "classify") -> Progress:
+    """How far the unfinished cell's trainings are (from their checkpoints), and the best epoch of any so
+    far on ``task``'s validation metric: a cell that trains for hours shows what it has reached."""
+    selection = TASKS[task]
+    epochs, seconds, best = 0, 0.0, (None, None, None)
     for path in sorted((run_dir / CHECKPOINTS).glob("*.pt")):
         saved = Checkpoint(path, path.stem).read()
         if saved["status"] == FINISHED:
@@ -351,7 +365,11 @@ def checkpoint_progress(run_dir: Path) -> tuple[int, float]:
             done = saved["values"]
             epochs += done["epoch"]
         seconds += done.get("seconds", 0.0)
-    return epochs, seconds
+        for entry in done["history"]:
+            value = entry.get(f"val_{selection.metric}")
+            if value is not None and math.isfinite(value) and selection.better(value, best[0]):
+                best = (value, entry["epoch"] + 1, path.stem)
+    return Progress(epochs, seconds, *best)
 
 
 def refuse_other_finished(opts: TrainOptions, log=print) -> None:
@@ -410,7 +428,7 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
                 "model_version": model_version(opts.model),
                 f"val_{spec.selection}": val, **{m.key: m.read(done) for m in spec.metrics},
                 "wall_seconds": max(wall_seconds or 0.0, trained_seconds(done))}
-    done_epochs = checkpoint_progress(Path(opts.out))[0]
+    done_epochs = checkpoint_progress(Path(opts.out)).epochs
     status = RUNNING if running else UNFINISHED if done_epochs else NOT_RUN
     return {**record, "status": status, "epochs_done": done_epochs}
 
@@ -539,10 +557,14 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
         return metric.show(cell[metric.key])
     if cell["status"] == REFUSED:
         return not_run(cell)
-    live, seconds = checkpoint_progress(Path(cell["run_dir"])) if cell.get("run_dir") else (0, 0.0)  # checkpoints now
-    done, planned = max(live, cell["epochs_done"]), cell["epochs_planned"]
-    to_go = f", ~{fmt_seconds((planned - done) * seconds / live)} to go" if live and seconds > 0 else ""
-    return f"{cell['status']} {done}/{planned} epochs{to_go}"
+    # the checkpoints now (the results file says how far the cell was when the pipeline last wrote it)
+    now = checkpoint_progress(Path(cell["run_dir"]), COLUMNS[column].task) if cell.get("run_dir") else Progress(0, 0.0)
+    done, planned = max(now.epochs, cell["epochs_done"]), cell["epochs_planned"]
+    to_go = f", ~{fmt_seconds((planned - done) * now.seconds / now.epochs)} to go" if now.epochs and now.seconds > 0 \
+        else ""
+    best = "" if now.best is None else \
+        f", best val {COLUMNS[column].metrics[0].show(now.best)} (epoch {now.best_epoch}, {now.best_training})"
+    return f"{cell['status']} {done}/{planned} epochs{to_go}{best}"
 
 
 def write_summary(out_root: Path, scales: dict | None = None) -> Path:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dws.tasks.checkpoint import Checkpoint
+from dws.tasks.checkpoint import CHECKPOINTS, Checkpoint
+from dws.tasks.objectives import TASKS
 from dws.tasks.options import ADAPT_MODELS, TrainOptions, with_task_defaults
 from dws.tasks.protocol import PAPER_LRS
 from pipelines import weight_models
@@ -365,8 +366,14 @@ def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path
     epoch_seconds = weight_models.checkpoint_progress(Path(mnist["cells"]["dwsnet"]["run_dir"]))[1]
     assert epoch_seconds > 0
     to_go = f"~{weight_models.fmt_seconds(epoch_seconds)} to go"
-    assert cell["MNIST INRs, test acc. % (smoke)"] == f"unfinished 1/2 epochs, {to_go}"
-    assert dict(zip(names, rows["ng-gnn"]))["MNIST INRs, test acc. % (smoke)"] == f"running 1/2 epochs, {to_go}"
+    # and the best epoch so far, read here from the checkpoint's own history
+    (saved,) = (Checkpoint(path, path.stem) for path in (Path(mnist["cells"]["dwsnet"]["run_dir"]) / CHECKPOINTS)
+                .glob("*.pt"))
+    first = saved.read()["values"]["history"][0]["val_accuracy"]
+    best = f", best val {100 * first:.2f} (epoch 1, {saved.label})"
+    assert cell["MNIST INRs, test acc. % (smoke)"] == f"unfinished 1/2 epochs, {to_go}{best}"
+    assert dict(zip(names, rows["ng-gnn"]))["MNIST INRs, test acc. % (smoke)"] == \
+        f"running 1/2 epochs, {to_go}{best}"
     assert cell["Fashion-MNIST INRs, test acc. % (smoke)"] == "not run"
     done = cells(out_root / "smoke", "generalization")["dwsnet"]
     assert cell["generalization, 100 × test MSE (smoke)"] == f"{100 * done['test_mse']:.3f}"
@@ -383,6 +390,28 @@ def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path
     text = (tmp_path / "empty" / "summary.md").read_text()
     assert "MNIST INRs, test acc. % (full)" in text and "sine, test MSE (ci)" in text
     assert "| `scalegmn-b` | not run | not run | not run | not run | not run | — (invariant model) |" in text
+
+
+def test_the_best_epoch_so_far_is_found_over_every_training_in_the_tasks_direction(tmp_path):
+    """An unfinished cell's checkpoints (read in the order lr0.0001, lr0.001): a running lr candidate and a
+    finished one; the best epoch is the task's (highest accuracy, lowest MSE) over both, and a non-finite
+    value, here the first read, never counts."""
+    folder = tmp_path / CHECKPOINTS
+
+    def history(pairs):
+        return [{"epoch": e, "train_loss": 1.0, "val_accuracy": a, "val_mse": m} for e, (a, m) in enumerate(pairs)]
+
+    Checkpoint(folder / "lr0.001-seed0.pt", "lr0.001-seed0").finish(
+        {"history": history([(0.5, 0.30), (0.7, 0.25)]), "seconds": 10.0})
+    Checkpoint(folder / "lr0.0001-seed0.pt", "lr0.0001-seed0").save(
+        {}, {"epoch": 3, "history": history([(float("nan"), float("nan")), (0.6, 0.40), (0.65, 0.20)]),
+             "seconds": 20.0})
+    classify = weight_models.checkpoint_progress(tmp_path)
+    assert classify == (5, 30.0, 0.7, 2, "lr0.001-seed0")
+    assert weight_models.checkpoint_progress(tmp_path, "regress")[2:] == (0.20, 3, "lr0.0001-seed0")
+    assert weight_models.checkpoint_progress(tmp_path / "nothing") == (0, 0.0, None, None, None)
+    for column in weight_models.COLUMNS.values():  # the summary shows the best with the column's first metric
+        assert column.metrics[0].name == TASKS[column.task].metric == column.selection
 
 
 def test_full_cells_of_the_graph_models_train_in_bf16_and_no_other_cell_does():
