@@ -55,9 +55,9 @@ import math
 import shlex
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
