@@ -351,7 +351,7 @@ class Progress(NamedTuple):
     best_training: str | None = None  # the checkpoint's label (e.g. lr0.0001-seed0)
 
 
-def checkpoint_progress(run_dir: Path, task: str = "classify") -> Progress:
+def checkpoint_progress(run_dir: Path, task: str) -> Progress:
     """How far the unfinished cell's trainings are (from their checkpoints), and the best epoch of any so
     far on ``task``'s validation metric: a cell that trains for hours shows what it has reached."""
     selection = TASKS[task]
@@ -428,7 +428,7 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
                 "model_version": model_version(opts.model),
                 f"val_{spec.selection}": val, **{m.key: m.read(done) for m in spec.metrics},
                 "wall_seconds": max(wall_seconds or 0.0, trained_seconds(done))}
-    done_epochs = checkpoint_progress(Path(opts.out)).epochs
+    done_epochs = checkpoint_progress(Path(opts.out), opts.task).epochs
     status = RUNNING if running else UNFINISHED if done_epochs else NOT_RUN
     return {**record, "status": status, "epochs_done": done_epochs}
 

@@ -363,7 +363,7 @@ def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path
                      "adaptation, before adaptation % (smoke)"]
     cell = dict(zip(names, rows["dwsnet"]))
     # how far each is, and the time left at the pace of its epochs so far (one epoch done, one to go)
-    epoch_seconds = weight_models.checkpoint_progress(Path(mnist["cells"]["dwsnet"]["run_dir"]))[1]
+    epoch_seconds = weight_models.checkpoint_progress(Path(mnist["cells"]["dwsnet"]["run_dir"]), "classify")[1]
     assert epoch_seconds > 0
     to_go = f"~{weight_models.fmt_seconds(epoch_seconds)} to go"
     # and the best epoch so far, read here from the checkpoint's own history
@@ -406,10 +406,10 @@ def test_the_best_epoch_so_far_is_found_over_every_training_in_the_tasks_directi
     Checkpoint(folder / "lr0.0001-seed0.pt", "lr0.0001-seed0").save(
         {}, {"epoch": 3, "history": history([(float("nan"), float("nan")), (0.6, 0.40), (0.65, 0.20)]),
              "seconds": 20.0})
-    classify = weight_models.checkpoint_progress(tmp_path)
+    classify = weight_models.checkpoint_progress(tmp_path, "classify")
     assert classify == (5, 30.0, 0.7, 2, "lr0.001-seed0")
     assert weight_models.checkpoint_progress(tmp_path, "regress")[2:] == (0.20, 3, "lr0.0001-seed0")
-    assert weight_models.checkpoint_progress(tmp_path / "nothing") == (0, 0.0, None, None, None)
+    assert weight_models.checkpoint_progress(tmp_path / "nothing", "classify") == (0, 0.0, None, None, None)
     for column in weight_models.COLUMNS.values():  # the summary shows the best with the column's first metric
         assert column.metrics[0].name == TASKS[column.task].metric == column.selection
 
