@@ -13,12 +13,13 @@
 # cell is ~12-13 h of a 2-core CPU with AVX-512 bfloat16, session 12), then ng-gnn's MNIST ones (the
 # paper's 91.4%, against 33-35% at ci: ~3 h, so an answer, and time to look into a miss, before
 # ScaleGMN's ~13 h Fashion-MNIST cells (>= 80.8%), session 14); then the columns whose cells take
-# minutes to hours each (sine, adaptation, the cheap generalization cells: ~10 h for 20 cells), the
-# cheap models and the NFNs on INRs, the other graph models, and the MNIST full cells that sessions
-# 1-11 recorded (DWSNet, the NFNs) but whose run directories were lost. Last, the generalization
-# column's costly cells (session 15: a state per weight of a 784-128-128-128-10 classifier makes a
-# network 0.2-1.6 s a step here, against the DWSNet's 0.02 s; ~62 h at ci and ~373 h at full on this
-# CPU, nfn-np and the graph models together), the table's part for a GPU machine.
+# minutes to hours each (sine, adaptation, the cheap generalization cells and scalegmn's ci one on
+# ReLU classifiers: ~13 h for ~20 cells), the cheap models and the NFNs on INRs, the other graph
+# models, and the MNIST full cells that sessions 1-11 recorded (DWSNet, the NFNs) but whose run
+# directories were lost. Last, the generalization column's costly cells (session 15: a state per
+# weight of a 784-128-128-128-10 classifier makes a network 0.2-1.6 s a step here, against the
+# DWSNet's 0.02 s; ~59 h at ci and ~373 h at full on this CPU, nfn-np and the graph models
+# together), the table's part for a GPU machine.
 set -u
 cd "$(dirname "$0")/.."
 R=$(realpath -m "${1:-results}")
@@ -48,7 +49,8 @@ stage full-fmnist-scalegmn fmnist full scalegmn
 stage ci-sine sine ci "" "$R/sine-regression"
 stage ci-adapt adapt ci "" "$R/domain-adaptation"
 # nfn-hnp: refused in a line (its parameters grow as d_0^2: 5.1M at one channel on 784 inputs)
-stage ci-generalization generalization ci mlp,mlp-align,dwsnet,nfn-hnp "$R/generalization"
+# scalegmn at ci too (~3 h): its positive-scaling symmetry on ReLU classifiers, early
+stage ci-generalization generalization ci mlp,mlp-align,dwsnet,nfn-hnp,scalegmn "$R/generalization"
 stage full-generalization generalization full mlp,mlp-align,dwsnet,nfn-hnp "$R/generalization"
 stage ci-mnist-cheap mnist ci $CHEAP
 stage ci-fmnist-cheap fmnist ci $CHEAP
@@ -61,9 +63,9 @@ stage full-mnist-graphs mnist full scalegmn-b,ng-transformer
 stage full-fmnist-graphs fmnist full scalegmn-b,ng-transformer
 # recorded in sessions 1-11 with their commands (docs/train.md), run directories lost with session 12's machine
 stage full-mnist-recorded mnist full dwsnet,nfn-hnp,nfn-np
-# the generalization column's costly cells (estimated here, session 15: ci ~16 h, then ~46 h; full ~100 h,
-# then ~280 h)
-stage ci-generalization-costly generalization ci scalegmn,ng-gnn,nfn-np "$R/generalization"
+# the generalization column's costly cells (estimated here, session 15: ci ~13 h, then ~46 h; full ~97 h,
+# then ~276 h)
+stage ci-generalization-costly generalization ci ng-gnn,nfn-np "$R/generalization"
 stage full-generalization-costly generalization full scalegmn,ng-gnn,nfn-np "$R/generalization"
 stage ci-generalization-graphs generalization ci ng-transformer,scalegmn-b "$R/generalization"
 stage full-generalization-graphs generalization full ng-transformer,scalegmn-b "$R/generalization"
