@@ -96,9 +96,67 @@ def test_linear_is_an_nn_linear_with_its_parameters_and_state_dict():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not ONEDNN, reason="no oneDNN in this PyTorch")
-def test_torch_compile_traces_the_route_without_a_graph_break():
+@pytest.mark.parametrize("batch", [64, 4])  # 4: folded (the thread count is not read while tracing)
+def test_torch_compile_traces_the_route_without_a_graph_break(batch):
     lin = Linear(8, 5)
-    x = torch.randn(64, 32, 32, 8)
+    x = torch.randn(batch, 32, 32, 8)
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(lin)(x)
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
+def slow_kernel_calls(f) -> int:
+    """How many times PyTorch's reference convolution kernel (``slow_conv2d``, not oneDNN's) ran in ``f()``."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        f()
+    return sum(e.count for e in prof.key_averages() if "slow_conv2d" in e.key)
+
+
+@pytest.mark.skipif(not ONEDNN, reason="no oneDNN in this PyTorch")
+@pytest.mark.parametrize("batch", [1, 4, 15])
+def test_a_small_batch_of_edges_reaches_onednn_on_one_thread(batch, monkeypatch):
+    """Edges of fewer than 16 networks on one thread: PyTorch's own choice is its reference kernel (the
+    control, with the fold off); folded, the convolution and its backward run in oneDNN, values unchanged."""
+    x = torch.randn(batch, 32, 40, 8, requires_grad=True)
+    weight = torch.randn(6, 8, requires_grad=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert as_convolution(x)
+        with monkeypatch.context() as off:
+            off.setattr(dws.ops.linear, "FEW_IMAGES", 0)
+            if slow_kernel_calls(lambda: linear(x, weight).sum().backward()) == 0:
+                pytest.skip("this PyTorch gives a few images to oneDNN itself")
+        assert slow_kernel_calls(lambda: linear(x, weight).sum().backward()) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert_equals_f_linear_on(x.detach(), weight.detach(), tol=1e-4)  # sums over ~19,000 rows in float32
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(3, 8, 5, 4), (1, 16, 5, 4), (1, 15, 5, 4), (2, 40, 7, 3), (16, 2, 5, 4)])
+def test_folding_the_batch_is_f_linear(shape, threads):
+    """The folded route (and the unfolded one, at two threads or enough images) in float64: F.linear's
+    values and gradients; a transposed view too."""
+    gen = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(shape, dtype=torch.float64, generator=gen)
+    weight = torch.randn(5, shape[-1], dtype=torch.float64, generator=gen)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert dws.ops.linear.few_images(x) == (threads == 1 and shape[0] < 16 <= shape[0] * shape[1])
+        assert_equals_f_linear_on(x, weight, tol=1e-12)
+        assert_equals_f_linear_on(x.transpose(1, 2), weight, tol=1e-12)
+    finally:
+        torch.set_num_threads(before)
+
+
+def assert_equals_f_linear_on(x, weight, tol):
+    x, weight = x.clone().requires_grad_(), weight.clone().requires_grad_()
+    bias = torch.randn(weight.shape[0], dtype=x.dtype, requires_grad=True)
+    got, want = by_convolution(x, weight, bias), F.linear(x, weight, bias)
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    cot = torch.randn_like(want)
+    for g, r in zip(torch.autograd.grad(got, (x, weight, bias), cot), torch.autograd.grad(want, (x, weight, bias), cot),
+                    strict=True):
+        torch.testing.assert_close(g, r, rtol=tol, atol=tol)

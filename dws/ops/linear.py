@@ -10,6 +10,12 @@ convolution at ~200, forward and backward; node features ``[B, n, d]`` as ``[B, 
 any PyTorch build runs it (one without oneDNN computes the same convolution more slowly, which is
 why :data:`ONEDNN` is checked).
 
+PyTorch itself sends a 1x1 convolution of fewer than 16 images on one thread to its reference kernel
+(``slow_conv2d``), not to oneDNN: edges ``[B, n_out, n_in, d]`` of such a batch (a classifier zoo's
+graph models train 1-4 networks a step; a worker of a distributed run has one thread) are therefore
+seen as ``B * n_out`` images of one row each, which oneDNN takes: 1.3-1.7x a training step of the
+graph models on 784-128-128-128-10 classifiers at one thread, neutral at two (session 15, docs/dws.md).
+
 Only float32 CPU tensors of 3 or 4 axes and at least :data:`MIN_ROWS` rows take that route
 (oneDNN's fast kernel wants that shape: a flattened ``[1, d, N, 1]`` image is as slow as sgemm;
 below ~1,000 rows the call costs more than it saves); anything else (float64, a GPU, where cuBLAS
@@ -27,6 +33,7 @@ Tensor = torch.Tensor
 
 MIN_ROWS = 1024  # products of fewer rows stay with F.linear
 ONEDNN = torch.backends.mkldnn.is_available()  # read once: torch.compile cannot trace the call (a graph break)
+FEW_IMAGES = 16  # PyTorch's threshold: fewer images, on one thread, go to its reference kernel
 
 
 def as_convolution(x: Tensor) -> bool:
@@ -43,9 +50,20 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 def by_convolution(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)`` of ``x`` ``[B, n_out, n_in, d]`` or ``[B, n, d]`` as a 1x1 convolution,
     whatever its dtype and size (:func:`linear` chooses when)."""
+    if x.dim() == 4 and few_images(x):
+        batch, n_out, n_in, d = x.shape
+        return by_convolution(x.reshape(batch * n_out, 1, n_in, d), weight, bias).reshape(batch, n_out, n_in, -1)
     image = (x if x.dim() == 4 else x[:, :, None]).permute(0, 3, 1, 2)  # [B, d, n_out, n_in]: channels-last in memory
     y = nn.functional.conv2d(image, weight[:, :, None, None], bias).permute(0, 2, 3, 1)
     return y if x.dim() == 4 else y[:, :, 0]
+
+
+def few_images(x: Tensor) -> bool:
+    """Whether edges ``x`` are too few images for PyTorch to give their convolution to oneDNN, and
+    folding the batch into ``n_out`` makes enough. Under ``torch.compile`` (whose tracing cannot read
+    the thread count) a small batch is folded whatever the threads: neutral at two threads."""
+    few = x.shape[0] < FEW_IMAGES <= x.shape[0] * x.shape[1]
+    return few and (torch.compiler.is_compiling() or torch.get_num_threads() == 1)
 
 
 class Linear(nn.Linear):
