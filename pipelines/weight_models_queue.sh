@@ -17,9 +17,9 @@
 # ReLU classifiers: ~13 h for ~20 cells), the cheap models and the NFNs on INRs, the other graph
 # models, and the MNIST full cells that sessions 1-11 recorded (DWSNet, the NFNs) but whose run
 # directories were lost. Last, the generalization column's costly cells (session 15: a state per
-# weight of a 784-128-128-128-10 classifier makes a network 0.2-1.6 s a step here, against the
-# DWSNet's 0.02 s; ~59 h at ci and ~373 h at full on this CPU, nfn-np and the graph models
-# together), the table's part for a GPU machine.
+# weight of a 784-128-128-128-10 classifier makes a network 0.1-0.8 s a step here with both cores,
+# against the DWSNet's 0.01-0.02 s; ~190-220 h of this CPU, nfn-np and the graph models together),
+# the table's part for a GPU machine.
 set -u
 cd "$(dirname "$0")/.."
 R=$(realpath -m "${1:-results}")
@@ -63,8 +63,8 @@ stage full-mnist-graphs mnist full scalegmn-b,ng-transformer
 stage full-fmnist-graphs fmnist full scalegmn-b,ng-transformer
 # recorded in sessions 1-11 with their commands (docs/train.md), run directories lost with session 12's machine
 stage full-mnist-recorded mnist full dwsnet,nfn-hnp,nfn-np
-# the generalization column's costly cells (estimated here, session 15: ci ~13 h, then ~46 h; full ~97 h,
-# then ~276 h)
+# the generalization column's costly cells (estimated, session 15, both cores: ci ~5-10 h, then ~21 h;
+# full ~45-70 h, then ~126 h)
 stage ci-generalization-costly generalization ci ng-gnn,nfn-np "$R/generalization"
 stage full-generalization-costly generalization full scalegmn,ng-gnn,nfn-np "$R/generalization"
 stage ci-generalization-graphs generalization ci ng-transformer,scalegmn-b "$R/generalization"
