@@ -349,13 +349,20 @@ class Progress(NamedTuple):
     best: float | None = None  # the best validation value of the task's selection metric in any epoch
     best_epoch: int | None = None  # its epoch (1-based)
     best_training: str | None = None  # the checkpoint's label (e.g. lr0.0001-seed0)
+    # the mean time of the running training's last RECENT_EPOCHS epochs (None: none recorded, e.g. checkpoints
+    # written before zoo train kept epoch times): the pace now, where the average over sessions mixes in
+    # epochs that shared the CPU with other jobs
+    recent_epoch_seconds: float | None = None
+
+
+RECENT_EPOCHS = 5
 
 
 def checkpoint_progress(run_dir: Path, task: str) -> Progress:
     """How far the unfinished cell's trainings are (from their checkpoints), and the best epoch of any so
     far on ``task``'s validation metric: a cell that trains for hours shows what it has reached."""
     selection = TASKS[task]
-    epochs, seconds, best = 0, 0.0, (None, None, None)
+    epochs, seconds, best, recent = 0, 0.0, (None, None, None), None
     for path in sorted((run_dir / CHECKPOINTS).glob("*.pt")):
         saved = Checkpoint(path, path.stem).read()
         if saved["status"] == FINISHED:
@@ -364,12 +371,14 @@ def checkpoint_progress(run_dir: Path, task: str) -> Progress:
         else:
             done = saved["values"]
             epochs += done["epoch"]
+            last = done.get("epoch_seconds", [])[-RECENT_EPOCHS:]
+            recent = sum(last) / len(last) if last else recent
         seconds += done.get("seconds", 0.0)
         for entry in done["history"]:
             value = entry.get(f"val_{selection.metric}")
             if value is not None and math.isfinite(value) and selection.better(value, best[0]):
                 best = (value, entry["epoch"] + 1, path.stem)
-    return Progress(epochs, seconds, *best)
+    return Progress(epochs, seconds, *best, recent)
 
 
 def refuse_other_finished(opts: TrainOptions, log=print) -> None:
@@ -560,8 +569,8 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
     # the checkpoints now (the results file says how far the cell was when the pipeline last wrote it)
     now = checkpoint_progress(Path(cell["run_dir"]), COLUMNS[column].task) if cell.get("run_dir") else Progress(0, 0.0)
     done, planned = max(now.epochs, cell["epochs_done"]), cell["epochs_planned"]
-    to_go = f", ~{fmt_seconds((planned - done) * now.seconds / now.epochs)} to go" if now.epochs and now.seconds > 0 \
-        else ""
+    pace = now.recent_epoch_seconds or (now.seconds / now.epochs if now.epochs and now.seconds > 0 else None)
+    to_go = f", ~{fmt_seconds((planned - done) * pace)} to go" if pace else ""
     best = "" if now.best is None else \
         f", best val {COLUMNS[column].metrics[0].show(now.best)} (epoch {now.best_epoch}, {now.best_training})"
     return f"{cell['status']} {done}/{planned} epochs{to_go}{best}"

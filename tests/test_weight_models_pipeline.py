@@ -362,10 +362,10 @@ def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path
                      "generalization, Kendall τ (smoke)", "adaptation, test acc. % (adapted) (smoke)",
                      "adaptation, before adaptation % (smoke)"]
     cell = dict(zip(names, rows["dwsnet"]))
-    # how far each is, and the time left at the pace of its epochs so far (one epoch done, one to go)
-    epoch_seconds = weight_models.checkpoint_progress(Path(mnist["cells"]["dwsnet"]["run_dir"]), "classify")[1]
-    assert epoch_seconds > 0
-    to_go = f"~{weight_models.fmt_seconds(epoch_seconds)} to go"
+    # how far each is, and the time left at the pace of its recent epochs (one epoch done, one to go)
+    progress = weight_models.checkpoint_progress(Path(mnist["cells"]["dwsnet"]["run_dir"]), "classify")
+    assert 0 < progress.recent_epoch_seconds <= progress.seconds
+    to_go = f"~{weight_models.fmt_seconds(progress.recent_epoch_seconds)} to go"
     # and the best epoch so far, read here from the checkpoint's own history
     (saved,) = (Checkpoint(path, path.stem) for path in (Path(mnist["cells"]["dwsnet"]["run_dir"]) / CHECKPOINTS)
                 .glob("*.pt"))
@@ -395,7 +395,8 @@ def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path
 def test_the_best_epoch_so_far_is_found_over_every_training_in_the_tasks_direction(tmp_path):
     """An unfinished cell's checkpoints (read in the order lr0.0001, lr0.001): a running lr candidate and a
     finished one; the best epoch is the task's (highest accuracy, lowest MSE) over both, and a non-finite
-    value, here the first read, never counts."""
+    value, here the first read, never counts. The time to go: at the running training's recent pace, or
+    (checkpoints without epoch times) the mean over every epoch so far."""
     folder = tmp_path / CHECKPOINTS
 
     def history(pairs):
@@ -403,13 +404,25 @@ def test_the_best_epoch_so_far_is_found_over_every_training_in_the_tasks_directi
 
     Checkpoint(folder / "lr0.001-seed0.pt", "lr0.001-seed0").finish(
         {"history": history([(0.5, 0.30), (0.7, 0.25)]), "seconds": 10.0})
-    Checkpoint(folder / "lr0.0001-seed0.pt", "lr0.0001-seed0").save(
-        {}, {"epoch": 3, "history": history([(float("nan"), float("nan")), (0.6, 0.40), (0.65, 0.20)]),
-             "seconds": 20.0})
+    running = Checkpoint(folder / "lr0.0001-seed0.pt", "lr0.0001-seed0")
+    values = {"epoch": 3, "history": history([(float("nan"), float("nan")), (0.6, 0.40), (0.65, 0.20)]),
+              "seconds": 20.0}
+    running.save({}, values)  # written before zoo train kept epoch times: no recent pace
+    cell = {"model": "dwsnet", "status": weight_models.RUNNING, "run_dir": str(tmp_path), "epochs_done": 0,
+            "epochs_planned": 10}
+
+    def time_to_go():
+        return weight_models.summary_cell("mnist", cell, "dwsnet", weight_models.ACCURACY).split(", ")[1]
+
+    assert time_to_go() == f"~{weight_models.fmt_seconds(5 * 30.0 / 5)} to go"  # the mean over every epoch
     classify = weight_models.checkpoint_progress(tmp_path, "classify")
-    assert classify == (5, 30.0, 0.7, 2, "lr0.001-seed0")
-    assert weight_models.checkpoint_progress(tmp_path, "regress")[2:] == (0.20, 3, "lr0.0001-seed0")
-    assert weight_models.checkpoint_progress(tmp_path / "nothing", "classify") == (0, 0.0, None, None, None)
+    assert classify == (5, 30.0, 0.7, 2, "lr0.001-seed0", None)
+    assert weight_models.checkpoint_progress(tmp_path, "regress")[2:5] == (0.20, 3, "lr0.0001-seed0")
+    assert weight_models.checkpoint_progress(tmp_path / "nothing", "classify") == (0, 0.0, None, None, None, None)
+    # the running training's recent pace: its last RECENT_EPOCHS epochs (a slow first one left out)
+    running.save({}, {**values, "epoch_seconds": [100.0, *[6.0] * (weight_models.RECENT_EPOCHS - 1), 11.0]})
+    assert weight_models.checkpoint_progress(tmp_path, "classify").recent_epoch_seconds == pytest.approx(7.0)
+    assert time_to_go() == f"~{weight_models.fmt_seconds(5 * 7.0)} to go"
     for column in weight_models.COLUMNS.values():  # the summary shows the best with the column's first metric
         assert column.metrics[0].name == TASKS[column.task].metric == column.selection
 

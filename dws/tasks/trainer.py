@@ -250,12 +250,14 @@ def train(
     stateful = {"model": model, "optimizer": opt,
                 **{f"loader:{name}": loader for name, loader in loaders.items() if hasattr(loader, "state_dict")}}
     # the loop's own state: epochs completed, the best so far, history, epochs without progress, time spent,
-    # optimizer steps taken (for the warmup)
+    # optimizer steps taken (for the warmup), each epoch's seconds (training and validation; for a running
+    # cell's time to go, pipelines.weight_models; not in the history, which resumed and uninterrupted runs share)
     done = {"epoch": 0, "best": None, "best_state": None, "best_epoch": -1, "history": [], "stale": 0, "seconds": 0.0,
-            "steps": 0}
+            "steps": 0, "epoch_seconds": []}
     saved = None if checkpoint is None else checkpoint.resume(stateful)
     if saved is not None:
-        done = {"steps": 0, **saved}  # saved before steps were counted: never with a warmup (LEGACY_SETTINGS)
+        # saved before steps were counted: never with a warmup (LEGACY_SETTINGS); before epoch times were kept
+        done = {"steps": 0, "epoch_seconds": [], **saved}
         if log is not None:
             log(f"resuming {checkpoint.label} after epoch {done['epoch']} of {config.epochs}")
     history = done["history"]
@@ -266,7 +268,7 @@ def train(
         if config.patience is not None and done["stale"] >= config.patience:
             break
         model.train()
-        losses = []
+        losses, started = [], time.perf_counter()
         batches = tqdm(loaders["train"], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", leave=False,
                        total=_length(loaders["train"]), disable=not config.progress, dynamic_ncols=True)
         for batch in batches:
@@ -319,6 +321,7 @@ def train(
         else:
             done["stale"] += 1
         done["epoch"] = epoch + 1
+        done["epoch_seconds"].append(time.perf_counter() - started)
         if checkpoint is not None:
             checkpoint.save(stateful, {**done, "seconds": done["seconds"] + time.perf_counter() - t0})
         bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}", **{f"val_{task.metric}": f"{val[task.metric]:.4f}"})
