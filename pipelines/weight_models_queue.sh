@@ -49,7 +49,7 @@ stage full-fmnist-scalegmn fmnist full scalegmn
 stage ci-sine sine ci "" "$R/sine-regression"
 stage ci-adapt adapt ci "" "$R/domain-adaptation"
 # nfn-hnp: refused in a line (its parameters grow as d_0^2: 5.1M at one channel on 784 inputs)
-# scalegmn at ci too (~3 h): its positive-scaling symmetry on ReLU classifiers, early
+# scalegmn at ci too (~1.6 h with both cores): its positive-scaling symmetry on ReLU classifiers, early
 stage ci-generalization generalization ci mlp,mlp-align,dwsnet,nfn-hnp,scalegmn "$R/generalization"
 stage full-generalization generalization full mlp,mlp-align,dwsnet,nfn-hnp "$R/generalization"
 stage ci-mnist-cheap mnist ci $CHEAP
