@@ -506,8 +506,13 @@ def show(store, out, count, data_root):
 @click.option("--amsgrad/--no-amsgrad", default=TRAIN["amsgrad"], show_default=True,
               help="AdamW's AMSGrad variant (the neural graphs' reference code).")
 @click.option("--resume/--restart", default=TRAIN["resume"], show_default=True,
-              help="--resume: continue an interrupted run in the run directory after its last completed epoch "
-                   "(refused if the settings differ); --restart: discard it and start over (see docs/train.md).")
+              help="--resume: continue an interrupted run in the run directory where it was last saved (refused if "
+                   "the settings differ); --restart: discard it and start over (see docs/train.md).")
+@click.option("--checkpoint-minutes", type=click.FloatRange(min=0), default=TRAIN["checkpoint_minutes"],
+              show_default=True, metavar="M",
+              help="Also save the training's state within an epoch, every M minutes (0: after every epoch only), "
+                   "so an epoch of hours resumes where it stopped; a resume skips the batches already trained on. "
+                   "Not with --workers N > 1.")
 @click.option("--data-root", default=TRAIN["data_root"], type=click.Path(),
               help="--task adapt: the folder of the classifiers' images (default: the one the store recorded).")
 @click.option("--image-batch", type=int, default=TRAIN["image_batch"], show_default=True,
@@ -526,7 +531,7 @@ def train(store, **kw):
     try:
         train_run(opts, log=click.echo)
     except KeyboardInterrupt:
-        click.secho(f"\ninterrupted: the completed epochs are kept in {opts.out or default_run_dir(opts)}; rerun the "
+        click.secho(f"\ninterrupted: the last saved state is kept in {opts.out or default_run_dir(opts)}; rerun the "
                     f"same command to resume (--restart starts over)", fg="yellow", err=True)
         sys.exit(130)
 

@@ -353,6 +353,7 @@ class Progress(NamedTuple):
     # written before zoo train kept epoch times): the pace now, where the average over sessions mixes in
     # epochs that shared the CPU with other jobs
     recent_epoch_seconds: float | None = None
+    partial: float = 0.0  # the share of the running epoch done, where zoo train saved within it (--checkpoint-minutes)
 
 
 RECENT_EPOCHS = 5
@@ -362,7 +363,7 @@ def checkpoint_progress(run_dir: Path, task: str) -> Progress:
     """How far the unfinished cell's trainings are (from their checkpoints), and the best epoch of any so
     far on ``task``'s validation metric: a cell that trains for hours shows what it has reached."""
     selection = TASKS[task]
-    epochs, seconds, best, recent = 0, 0.0, (None, None, None), None
+    epochs, seconds, best, recent, partial = 0, 0.0, (None, None, None), None, 0.0
     for path in sorted((run_dir / CHECKPOINTS).glob("*.pt")):
         saved = Checkpoint(path, path.stem).read()
         if saved["status"] == FINISHED:
@@ -373,12 +374,15 @@ def checkpoint_progress(run_dir: Path, task: str) -> Progress:
             epochs += done["epoch"]
             last = done.get("epoch_seconds", [])[-RECENT_EPOCHS:]
             recent = sum(last) / len(last) if last else recent
+            within = done.get("within")  # (its seconds are in the training's)
+            if within and within.get("of"):
+                partial = within["batches"] / within["of"]
         seconds += done.get("seconds", 0.0)
         for entry in done["history"]:
             value = entry.get(f"val_{selection.metric}")
             if value is not None and math.isfinite(value) and selection.better(value, best[0]):
                 best = (value, entry["epoch"] + 1, path.stem)
-    return Progress(epochs, seconds, *best, recent)
+    return Progress(epochs, seconds, *best, recent, partial)
 
 
 def refuse_other_finished(opts: TrainOptions, log=print) -> None:
@@ -569,11 +573,13 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
     # the checkpoints now (the results file says how far the cell was when the pipeline last wrote it)
     now = checkpoint_progress(Path(cell["run_dir"]), COLUMNS[column].task) if cell.get("run_dir") else Progress(0, 0.0)
     done, planned = max(now.epochs, cell["epochs_done"]), cell["epochs_planned"]
-    pace = now.recent_epoch_seconds or (now.seconds / now.epochs if now.epochs and now.seconds > 0 else None)
-    to_go = f", ~{fmt_seconds((planned - done) * pace)} to go" if pace else ""
+    worked = now.epochs + now.partial
+    pace = now.recent_epoch_seconds or (now.seconds / worked if worked and now.seconds > 0 else None)
+    to_go = f", ~{fmt_seconds((planned - done - now.partial) * pace)} to go" if pace else ""
     best = "" if now.best is None else \
         f", best val {COLUMNS[column].metrics[0].show(now.best)} (epoch {now.best_epoch}, {now.best_training})"
-    return f"{cell['status']} {done}/{planned} epochs{to_go}{best}"
+    within = f" and {now.partial:.0%} of the next" if now.partial else ""
+    return f"{cell['status']} {done}/{planned} epochs{within}{to_go}{best}"
 
 
 def write_summary(out_root: Path, scales: dict | None = None) -> Path:

@@ -416,13 +416,23 @@ def test_the_best_epoch_so_far_is_found_over_every_training_in_the_tasks_directi
 
     assert time_to_go() == f"~{weight_models.fmt_seconds(5 * 30.0 / 5)} to go"  # the mean over every epoch
     classify = weight_models.checkpoint_progress(tmp_path, "classify")
-    assert classify == (5, 30.0, 0.7, 2, "lr0.001-seed0", None)
+    assert classify == (5, 30.0, 0.7, 2, "lr0.001-seed0", None, 0.0)
     assert weight_models.checkpoint_progress(tmp_path, "regress")[2:5] == (0.20, 3, "lr0.0001-seed0")
-    assert weight_models.checkpoint_progress(tmp_path / "nothing", "classify") == (0, 0.0, None, None, None, None)
+    assert weight_models.checkpoint_progress(tmp_path / "nothing", "classify") == (0, 0.0, None, None, None, None,
+                                                                                   0.0)
     # the running training's recent pace: its last RECENT_EPOCHS epochs (a slow first one left out)
     running.save({}, {**values, "epoch_seconds": [100.0, *[6.0] * (weight_models.RECENT_EPOCHS - 1), 11.0]})
     assert weight_models.checkpoint_progress(tmp_path, "classify").recent_epoch_seconds == pytest.approx(7.0)
     assert time_to_go() == f"~{weight_models.fmt_seconds(5 * 7.0)} to go"
+    # saved within its 4th epoch (zoo train --checkpoint-minutes), before any epoch time was kept: 2 of 5
+    # batches done, and the pace counts that share of an epoch and its seconds
+    running.save({}, {**values, "seconds": 26.0,
+                      "within": {"batches": 2, "of": 5, "losses": [1.0, 1.0], "seconds": 6.0}})
+    assert weight_models.checkpoint_progress(tmp_path, "classify").partial == pytest.approx(0.4)
+    shown = weight_models.summary_cell("mnist", cell, "dwsnet", weight_models.ACCURACY)
+    pace = (10.0 + 26.0) / (5 + 0.4)
+    assert shown.startswith(f"running 5/10 epochs and 40% of the next, "
+                            f"~{weight_models.fmt_seconds((10 - 5 - 0.4) * pace)} to go, best val"), shown
     for column in weight_models.COLUMNS.values():  # the summary shows the best with the column's first metric
         assert column.metrics[0].name == TASKS[column.task].metric == column.selection
 

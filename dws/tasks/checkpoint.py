@@ -1,4 +1,5 @@
-"""Training that survives interruption: a training's whole state saved after every epoch, restored on rerun.
+"""Training that survives interruption: a training's whole state saved after every epoch (and, in long
+epochs, within them), restored on rerun.
 
 A training loop names its stateful objects -- anything with ``state_dict()`` / ``load_state_dict()``
 (modules, optimizers, schedulers, loaders: :meth:`dws.stream.WeightStoreLoader.state_dict` is the
@@ -97,6 +98,18 @@ def capture(objects: Mapping[str, Any]) -> dict:
     return states
 
 
+class Captured:
+    """A state captured earlier, saved in its object's place: a save within an epoch records the training
+    loader's position at the epoch's start (its batches are then skipped on resume), not the position its
+    iteration has advanced to."""
+
+    def __init__(self, state: Any):
+        self.state = state
+
+    def state_dict(self) -> Any:
+        return self.state
+
+
 def restore(objects: Mapping[str, Any], states: Mapping[str, Any]) -> None:
     """Put :func:`capture`'s states back into the same named objects (all of them, no others)."""
     if set(objects) != set(states):
@@ -130,7 +143,8 @@ class Checkpoint:
         return saved
 
     def save(self, objects: Mapping[str, Any], values: dict) -> None:
-        """The state after a completed epoch: ``objects``' states, ``values``, the random generators."""
+        """The state now (after a completed epoch, or a step within one): ``objects``' states, ``values``,
+        the random generators."""
         rng = global_random_state()
         if self.world > 1:  # a list indexed by rank; a collective call, so every rank comes here
             gathered = [None] * self.world

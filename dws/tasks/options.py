@@ -143,6 +143,8 @@ class TrainOptions:
     address: str | None = None  # Ray cluster to join with workers > 1 (None: a local one)
     backend: str = "auto"  # how the DWSNet runs (BACKENDS); same function, different speed
     resume: bool = True  # continue an unfinished run in the run directory (same settings); False: start over
+    # also save the training's state within an epoch every M minutes (0: after every epoch only; speed only)
+    checkpoint_minutes: float = 10.0
     data_root: str | None = None  # adapt: the classifiers' images (default: the folder the store recorded)
     image_batch: int = 128  # adapt: images per classifier and step
     # bytes the process may hold (dws.stream.memory.plan_memory): which splits are held, the shuffle window's size
@@ -181,6 +183,8 @@ def check_options(opts: TrainOptions) -> None:
                       "--warmup-steps": (opts.warmup_steps, 0)})
     require_positive("--lr", opts.lr)
     require_positive("--clip-grad", opts.clip_grad)
+    if not opts.checkpoint_minutes >= 0:
+        raise ValueError(f"--checkpoint-minutes must be >= 0 (0: after every epoch only), got {opts.checkpoint_minutes}")
     if not opts.weight_decay >= 0:
         raise ValueError(f"--weight-decay must be >= 0, got {opts.weight_decay}")
     if not 0 <= opts.dropout < 1:

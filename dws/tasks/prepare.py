@@ -154,7 +154,8 @@ def check_store(store: WeightStore, task: Task, opts: TrainOptions, ranges: dict
 
 # options that change how fast a run goes, not what it computes (beyond float rounding): a resumed
 # run may change them; every other option (also one added later) must match the unfinished run
-SPEED_ONLY = ("out", "progress", "loader_workers", "compile", "device", "backend", "address", "resume")
+SPEED_ONLY = ("out", "progress", "loader_workers", "compile", "device", "backend", "address", "resume",
+              "checkpoint_minutes")
 
 
 # options added after runs were first checkpointed (2026-11-27, --precision 2026-11-28), and the value that

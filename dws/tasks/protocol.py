@@ -109,7 +109,7 @@ def fit_run(run: PreparedRun, log=print, train_fn=train, shard: tuple[int, int] 
     base = TrainConfig(epochs=opts.epochs, lr=opts.lr or PAPER_LRS[0], seed=opts.seed, device=run.device,
                        patience=opts.patience, progress=opts.progress, compile=opts.compile,
                        precision=opts.precision, weight_decay=opts.weight_decay, warmup_steps=opts.warmup_steps,
-                       clip_grad=opts.clip_grad, amsgrad=opts.amsgrad)
+                       clip_grad=opts.clip_grad, amsgrad=opts.amsgrad, checkpoint_minutes=opts.checkpoint_minutes)
     if opts.lr is None:
         outcome = run_protocol(fit, task, base, seeds=opts.seeds, log=log)
     else:

@@ -12,6 +12,10 @@ networks) the statistics are re-estimated before every evaluation as an exact av
 With a :class:`~dws.tasks.checkpoint.Checkpoint`, the loop saves its whole state after every epoch
 (model, optimizer, every loader's position, the random generators, its own bookkeeping) and, when
 the checkpoint holds a state, continues from it: the result equals an uninterrupted training's.
+An epoch that runs longer than ``checkpoint_minutes`` is also saved within it, after a step: a rerun
+then skips the batches that epoch already trained on (the loader still reads them: an epoch's batches
+and augmentation draws are a function of its seed and number) and goes on with the next step, so a
+machine that is taken away every few hours still finishes epochs of many hours.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from tqdm import tqdm
 
 from dws.weightspace import WeightSpace
 
-from .checkpoint import Checkpoint
+from .checkpoint import Captured, Checkpoint, global_random_state, set_global_random_state
 from .objectives import Task
 
 Tensor = torch.Tensor
@@ -51,6 +55,9 @@ class TrainConfig:
     warmup_steps: int = 0  # the lr of step k (from 1) is lr * min(1, k / warmup_steps)
     clip_grad: float | None = None  # the gradients' global L2 norm clipped to this before every step
     amsgrad: bool = False  # AdamW's AMSGrad variant
+    # with a checkpoint: within an epoch, the state is also saved after the first step that ends this many
+    # minutes after the last save (None: after every epoch only). Not with data-parallel workers
+    checkpoint_minutes: float | None = 10.0
 
 
 def warmed_up_lr(config: TrainConfig, step: int) -> float:
@@ -237,8 +244,9 @@ def train(
     see :mod:`dws.tasks.distributed`); it trains on its rows of every batch (:func:`shard_batch`,
     batches shorter than ``world`` are skipped) and records the whole batches' losses.
 
-    ``checkpoint``: saved after every epoch; a training it holds is continued after its last
-    completed epoch (``log`` says so). The loaders' positions are saved if they have a ``state_dict``.
+    ``checkpoint``: saved after every epoch, and within an epoch every ``config.checkpoint_minutes``
+    (without ``shard``); a training it holds is continued where it was saved (``log`` says so). The
+    loaders' positions are saved if they have a ``state_dict``.
     """
     torch.manual_seed(config.seed)
     device = config.device
@@ -255,23 +263,42 @@ def train(
     done = {"epoch": 0, "best": None, "best_state": None, "best_epoch": -1, "history": [], "stale": 0, "seconds": 0.0,
             "steps": 0, "epoch_seconds": []}
     saved = None if checkpoint is None else checkpoint.resume(stateful)
+    # a save within an epoch: that epoch's batches trained on, their losses, its seconds so far, and the
+    # random generators as they were after its last step (restored once those batches are skipped)
+    within, within_random = None, None
     if saved is not None:
         # saved before steps were counted: never with a warmup (LEGACY_SETTINGS); before epoch times were kept
         done = {"steps": 0, "epoch_seconds": [], **saved}
+        within = done.pop("within", None)
+        if within is not None:
+            within_random = global_random_state()
         if log is not None:
-            log(f"resuming {checkpoint.label} after epoch {done['epoch']} of {config.epochs}")
+            log(f"resuming {checkpoint.label} after epoch {done['epoch']} of {config.epochs}" if within is None else
+                f"resuming {checkpoint.label} in epoch {done['epoch'] + 1} of {config.epochs}, after "
+                f"{within['batches']} of its {within['of'] or '?'} batches")
     history = done["history"]
-    t0 = time.perf_counter()
+    every = None if checkpoint is None or shard is not None or not config.checkpoint_minutes else \
+        config.checkpoint_minutes * 60  # (data-parallel ranks would have to agree on the step)
+    t0 = last_save = time.perf_counter()
     bar = tqdm(range(done["epoch"], config.epochs), desc=f"train {task.name}", initial=done["epoch"],
                total=config.epochs, disable=not config.progress, dynamic_ncols=True)
     for epoch in bar:
         if config.patience is not None and done["stale"] >= config.patience:
             break
         model.train()
-        losses, started = [], time.perf_counter()
+        # the training loader's position at the epoch's start: what a save within the epoch records for it
+        epoch_start = {"loader:train": Captured(loaders["train"].state_dict())} if "loader:train" in stateful else {}
+        skip, losses, started = 0, [], time.perf_counter()
+        if within is not None:
+            skip, losses, started = within["batches"], list(within["losses"]), started - within["seconds"]
         batches = tqdm(loaders["train"], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", leave=False,
                        total=_length(loaders["train"]), disable=not config.progress, dynamic_ncols=True)
-        for batch in batches:
+        for position, batch in enumerate(batches, start=1):
+            if position <= skip:  # trained on before the interruption
+                continue
+            if within is not None:  # whatever reading the skipped batches drew is undone
+                set_global_random_state(within_random)
+                within = within_random = None
             weight = 1.0
             if len(batch) < 2:  # a final batch of one network: batch norm cannot normalize it (it raises)
                 continue
@@ -303,6 +330,16 @@ def train(
                 group["lr"] = warmed_up_lr(config, done["steps"])
             opt.step()
             losses.append(loss.item() if shard is None else loss.item() * weight / shard[1])
+            if every is not None and time.perf_counter() - last_save >= every:
+                now = time.perf_counter()
+                checkpoint.save({**stateful, **epoch_start}, {
+                    **done, "seconds": done["seconds"] + now - t0,
+                    "within": {"batches": position, "of": _length(loaders["train"]), "losses": list(losses),
+                               "seconds": now - started}})
+                last_save = time.perf_counter()
+        if within is not None:  # saved after its last batch: nothing was left to skip
+            set_global_random_state(within_random)
+            within = within_random = None
         if shard is not None:  # the sum over workers of their weighted shard losses: each whole batch's loss
             summed = torch.tensor(losses, dtype=torch.float64, device=device)
             torch.distributed.all_reduce(summed)
@@ -324,6 +361,7 @@ def train(
         done["epoch_seconds"].append(time.perf_counter() - started)
         if checkpoint is not None:
             checkpoint.save(stateful, {**done, "seconds": done["seconds"] + time.perf_counter() - t0})
+            last_save = time.perf_counter()
         bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}", **{f"val_{task.metric}": f"{val[task.metric]:.4f}"})
     bar.close()
     model.load_state_dict(done["best_state"])

@@ -1,0 +1,145 @@
+"""An epoch longer than ``--checkpoint-minutes`` is saved within it too: a rerun skips the batches the
+epoch trained on and ends with the uninterrupted run's result, bit for bit, in memory and streamed
+(with loader processes, whose start draws from the global generator)."""
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from cli import main
+from dws.tasks.checkpoint import Checkpoint
+from dws.tasks.options import TrainOptions
+from dws.tasks.prepare import prepare_run
+from dws.tasks.run import train_run
+
+from test_resume import COMMON, Interrupted, best_state, interrupt_after, without_seconds
+
+EVERY_STEP = 1e-9  # --checkpoint-minutes: a save after every step
+
+
+def quiet(*_):
+    pass
+
+
+def streamed(opts: TrainOptions) -> TrainOptions:
+    """``opts`` with a --max-memory one byte short of holding the train split whole: it streams."""
+    plan = prepare_run(opts, log=quiet).memory
+    return replace(opts, max_memory=sum(plan.fixed.values()) + plan.splits["train"].held - 1)
+
+
+@pytest.fixture(scope="module")
+def small_chunks(tmp_path_factory):
+    """The tiny store's networks in chunks of 8: its train split is more than a window of 3 chunks."""
+    from zoo.generate.run import GenerateOptions, generate
+
+    from generate_helpers import TINY
+
+    out = tmp_path_factory.mktemp("stores") / "digits-chunks8"
+    generate(GenerateOptions(out=str(out), **{**TINY, "chunk_size": 8}), log=quiet)
+    return out
+
+
+@pytest.fixture(scope="module", params=["memory", "stream"])
+def reference(request, tiny_store, small_chunks, tmp_path_factory):
+    """One seed of test_resume's settings, uninterrupted and saved only after every epoch."""
+    out = tmp_path_factory.mktemp(f"within-{request.param}")
+    opts = TrainOptions(store=str(tiny_store), out=str(out / "reference"), **{**COMMON, "seeds": 1})
+    if request.param == "stream":  # one loader process, whose start draws from the global generator
+        opts = replace(opts, store=str(small_chunks), loader_workers=1)
+        opts = streamed(opts)
+        assert not prepare_run(opts, log=quiet).loaders(0)["train"].in_memory
+    return opts, train_run(replace(opts, checkpoint_minutes=0), log=quiet)
+
+
+def saves_of(opts: TrainOptions, monkeypatch) -> list[dict]:
+    """The values of every checkpoint ``opts``' training writes, in order."""
+    real, values = Checkpoint.save, []
+
+    def save(self, objects, saved):
+        real(self, objects, saved)
+        values.append({**saved, "loader": objects["loader:train"].state_dict()})
+
+    monkeypatch.setattr(Checkpoint, "save", save)
+    train_run(opts, log=quiet)
+    monkeypatch.undo()
+    return values
+
+
+def test_saves_come_within_epochs_with_the_epochs_start_position(reference, tmp_path, monkeypatch):
+    opts, _ = reference
+    batches = prepare_run(opts, log=quiet).loaders(0)["train"].__len__()
+    assert batches >= 3, "the test needs epochs of several batches"
+    every_step = saves_of(replace(opts, out=str(tmp_path / "a"), checkpoint_minutes=EVERY_STEP), monkeypatch)
+    assert len(every_step) == opts.epochs * (batches + 1)  # after each step, and after each epoch
+    for epoch in range(opts.epochs):
+        for k in range(1, batches + 1):
+            values = every_step[epoch * (batches + 1) + k - 1]
+            assert values["within"]["batches"] == k and values["within"]["of"] == batches
+            assert len(values["within"]["losses"]) == k and values["epoch"] == epoch
+            assert values["loader"]["epoch"] == epoch  # where the epoch began, not where its iteration is
+        assert "within" not in every_step[(epoch + 1) * (batches + 1) - 1]
+    epochs_only = saves_of(replace(opts, out=str(tmp_path / "b"), checkpoint_minutes=0), monkeypatch)
+    assert [v["epoch"] for v in epochs_only] == list(range(1, opts.epochs + 1))
+    assert all("within" not in v for v in epochs_only)
+
+
+@pytest.mark.parametrize("batch", [1, 2, "last"])
+def test_a_run_interrupted_within_an_epoch_resumes_to_the_uninterrupted_result(reference, tmp_path, monkeypatch,
+                                                                                batch):
+    opts, expected = reference
+    batches = len(prepare_run(opts, log=quiet).loaders(0)["train"])
+    batch = batches if batch == "last" else batch
+    opts = replace(opts, out=str(tmp_path / "run"), checkpoint_minutes=EVERY_STEP)
+    interrupt_after(monkeypatch, (batches + 1) + batch)  # in epoch 2, after its batch-th step
+    with pytest.raises(Interrupted):
+        train_run(opts, log=quiet)
+    monkeypatch.undo()
+    torch.manual_seed(1234), np.random.seed(5), random.seed(6)  # whatever the generators hold now is replaced
+
+    lines = []
+    metrics = train_run(opts, log=lines.append)
+    assert f"resuming lr 0.001, seed 0 in epoch 2 of 3, after {batch} of its {batches} batches" in lines, lines
+    assert without_seconds(metrics) == without_seconds(expected)
+    for key, value in best_state(Path(expected["run_dir"])).items():
+        assert torch.equal(value, best_state(tmp_path / "run")[key]), key
+
+
+def test_the_global_generator_is_restored_after_the_skipped_batches(reference, tmp_path, monkeypatch):
+    """Control: a resume that keeps the generator as the skipped batches left it ends elsewhere where
+    reading draws from it (loader processes); in memory nothing draws, and it makes no difference."""
+    import dws.tasks.trainer as trainer
+
+    opts, expected = reference
+    streaming = opts.loader_workers > 0
+    batches = len(prepare_run(opts, log=quiet).loaders(0)["train"])
+    opts = replace(opts, out=str(tmp_path / "run"), checkpoint_minutes=EVERY_STEP)
+    interrupt_after(monkeypatch, (batches + 1) + 1)
+    with pytest.raises(Interrupted):
+        train_run(opts, log=quiet)
+    monkeypatch.undo()
+    restored = []
+    monkeypatch.setattr(trainer, "set_global_random_state", restored.append)  # the restore left out
+    metrics = train_run(opts, log=quiet)
+    assert len(restored) == 1
+    assert (without_seconds(metrics) != without_seconds(expected)) == streaming
+
+
+def test_checkpoint_minutes_is_a_speed_setting_and_refuses_negative_values(tiny_store, tmp_path, monkeypatch):
+    args = ["train", str(tiny_store), "--out", str(tmp_path / "run"), "--epochs", "2", "--lr", "1e-3",
+            "--batch-size", "16", "--hidden-channels", "8", "--precise-bn", "16"]
+    refused = CliRunner().invoke(main, [*args, "--checkpoint-minutes", "-1"])
+    assert refused.exit_code == 2 and "--checkpoint-minutes" in refused.output
+    interrupt_after(monkeypatch, 2)  # within the first epoch
+    with pytest.raises(Interrupted):
+        train_run(TrainOptions(store=str(tiny_store), out=str(tmp_path / "run"), epochs=2, lr=1e-3, batch_size=16,
+                               hidden_channels=8, precise_bn=16, progress=False, checkpoint_minutes=EVERY_STEP),
+                  log=quiet)
+    monkeypatch.undo()
+    resumed = CliRunner().invoke(main, [*args, "--checkpoint-minutes", "0"])  # another value resumes the run
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming lr 0.001, seed 0 in epoch 1 of 2, after 2 of its" in resumed.output
