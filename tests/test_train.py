@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from dws.tasks.objectives import nt_xent
-from dws.tasks.options import TrainOptions
+from dws.stream import WeightStoreLoader
+from dws.tasks.options import MODELS, TrainOptions
 from dws.tasks.run import train_run
 from dws.tasks.rundir import evaluate_run
 from dws.tasks.trainer import recalibrate_batchnorm
@@ -245,6 +246,60 @@ def test_a_final_batch_of_one_network_is_skipped_not_a_crash(tiny_store, tmp_pat
                                      train_limit=9, precise_bn=9, hidden_channels=4, num_layers=2,
                                      out=str(tmp_path / "run"), progress=False), log=lambda *_: None)
     assert 0.0 <= metrics["summary"]["accuracy"]["mean"] <= 1.0
+
+
+def steps_taken(opts: TrainOptions, monkeypatch) -> list[int]:
+    """Optimizer steps after each epoch of ``opts``' training (from its checkpoints)."""
+    from dws.tasks.checkpoint import Checkpoint
+
+    real, steps = Checkpoint.save, []
+
+    def save(self, objects, values):
+        real(self, objects, values)
+        steps.append(values["steps"])
+
+    monkeypatch.setattr(Checkpoint, "save", save)
+    train_run(opts, log=lambda *_: None)
+    monkeypatch.undo()
+    return steps
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_trains_on_batches_of_one_or_is_refused_in_one_line(tiny_store, tmp_path, monkeypatch, model):
+    """A model without batch norm takes a step on every network at --batch-size 1 (the generalization
+    column trains ng-transformer and scalegmn-b so: before, every batch of one was skipped, and the run
+    ended with a NaN training loss and an untrained model); one with batch norm is refused before any
+    work."""
+    from dws.tasks.models import build_model
+    from dws.tasks.trainer import batch_norms
+
+    opts = TrainOptions(store=str(tiny_store), model=model, epochs=2, lr=1e-3, batch_size=1, train_limit=5,
+                        hidden_channels=4, num_layers=2, precise_bn=0, out=str(tmp_path / "run"), progress=False)
+    built, _ = build_model(model, (2, 8, 8, 1), 10, hidden_channels=4, num_layers=2, activation="sine")
+    if batch_norms(built):
+        with pytest.raises(ValueError, match=f"--batch-size 1: --model {model} has batch norm, which cannot "
+                                             f"normalize a batch of one network"):
+            train_run(opts, log=lambda *_: None)
+        assert not (tmp_path / "run").exists()
+        return
+    assert steps_taken(opts, monkeypatch) == [5, 10]
+    history = json.loads((tmp_path / "run" / "metrics.json").read_text())["history"][0]
+    assert all(np.isfinite(epoch["train_loss"]) for epoch in history)
+
+
+def test_an_epoch_that_trains_nothing_is_an_error_not_a_nan_loss(tiny_store, tmp_path):
+    """The trainer's own guard, for a batch norm model given batches of one past the option checks."""
+    from dws.tasks.objectives import get_task
+    from dws.tasks.models import build_model
+    from dws.tasks.trainer import TrainConfig, train
+
+    model, _ = build_model("mlp", (2, 32, 32, 1), 10, hidden_channels=4, num_layers=2)
+    loader = WeightStoreLoader(tiny_store, "train", batch_size=1)
+    loaders = {"train": loader, "val": WeightStoreLoader(tiny_store, "val", batch_size=8, shuffle=False),
+               "test": WeightStoreLoader(tiny_store, "test", batch_size=8, shuffle=False)}
+    with pytest.raises(ValueError, match="epoch 1: no batch was trained on: the model trains on batches of 2 or "
+                                         "more networks \\(its batch norm cannot normalize fewer\\)"):
+        train(model, get_task("classify"), loaders, TrainConfig(epochs=1, progress=False))
 
 
 def test_train_views_trains_on_k_views_and_evaluates_on_the_first(three_view_store, tmp_path):

@@ -34,6 +34,19 @@ def test_graph_models_train_on_their_own_batch_and_the_others_on_the_pipelines(s
     assert GENERALIZATION_BATCH_SIZES["full"] == GENERALIZATION_BATCH_SIZES["ci"]
 
 
+def test_the_models_given_batches_of_one_have_no_batch_norm_so_every_network_is_a_step():
+    """zoo train skips a batch of one network where batch norm would normalize it (and refuses such a
+    --batch-size); the column's batch-1 cells would otherwise train nothing."""
+    from dws.tasks.models import build_model
+    from dws.tasks.trainer import batch_norms
+
+    single = {model for sizes in GENERALIZATION_BATCH_SIZES.values() for model, b in sizes.items() if b < 2}
+    assert single == {"ng-transformer", "scalegmn-b"}
+    for model in single:
+        built, _ = build_model(model, (6, 5, 4, 3), 1, hidden_channels=4, activation="relu")
+        assert not batch_norms(built), model
+
+
 def test_other_columns_keep_every_models_batch():
     for model in GRAPH_MODELS:
         assert cell_options(SCALES["ci"], Path("/s/ci-mnist-inr"), Path("/o"), model, None).batch_size is None

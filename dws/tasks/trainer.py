@@ -138,6 +138,11 @@ def predict(model, loader: Iterable, device: str) -> Predictions:
     return Predictions(torch.cat(outs), torch.cat(targets), torch.cat(index))
 
 
+def batch_norms(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's batch norms: in training they cannot normalize a batch of one network (they raise)."""
+    return [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+
+
 @torch.no_grad()
 def recalibrate_batchnorm(model: torch.nn.Module, loader: Iterable, device: str) -> bool:
     """Set every batch norm's running statistics to their average over ``loader``'s batches.
@@ -145,7 +150,7 @@ def recalibrate_batchnorm(model: torch.nn.Module, loader: Iterable, device: str)
     The rest of the model runs in eval mode (dropout off), as it will be evaluated. Returns
     False (and changes nothing) if the model has no batch norm.
     """
-    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    norms = batch_norms(model)
     if not norms or not all(m.track_running_stats for m in norms):
         return False
     was_training, momenta = model.training, [m.momentum for m in norms]
@@ -280,6 +285,9 @@ def train(
     every = None if checkpoint is None or shard is not None or not config.checkpoint_minutes else \
         config.checkpoint_minutes * 60  # (data-parallel ranks would have to agree on the step)
     t0 = last_save = time.perf_counter()
+    # a batch of one network (a final one) is skipped where batch norm would have to normalize it; a model
+    # without batch norm trains on it (the graph models and NFNs train on batches of one, docs/train.md)
+    least_batch = 2 if batch_norms(model) else 1
     bar = tqdm(range(done["epoch"], config.epochs), desc=f"train {task.name}", initial=done["epoch"],
                total=config.epochs, disable=not config.progress, dynamic_ncols=True)
     for epoch in bar:
@@ -300,7 +308,7 @@ def train(
                 set_global_random_state(within_random)
                 within = within_random = None
             weight = 1.0
-            if len(batch) < 2:  # a final batch of one network: batch norm cannot normalize it (it raises)
+            if len(batch) < least_batch:
                 continue
             if shard is not None:
                 batch, weight = shard_batch(batch, *shard)
@@ -340,6 +348,11 @@ def train(
         if within is not None:  # saved after its last batch: nothing was left to skip
             set_global_random_state(within_random)
             within = within_random = None
+        if not losses:  # (never a NaN training loss in the history, and epochs that train nothing)
+            why = " (its batch norm cannot normalize fewer)" if least_batch > 1 else ""
+            raise ValueError(f"epoch {epoch + 1}: no batch was trained on: the model trains on batches of "
+                             f"{least_batch} or more networks{' per worker' if shard is not None else ''}{why}; "
+                             f"raise --batch-size")
         if shard is not None:  # the sum over workers of their weighted shard losses: each whole batch's loss
             summed = torch.tensor(losses, dtype=torch.float64, device=device)
             torch.distributed.all_reduce(summed)
