@@ -20,6 +20,9 @@
 #          goals and against the time the env stage's disk speed needs for the store's bytes
 #   dws    benchmarks/dws_cuda_graph.py: a DWSNet training step, eager vs replayed from a CUDA graph
 #   models benchmarks/weight_models.py --device cuda: every MNIST INR model's training step (issue 32)
+#   gencells (not run by default) benchmarks/weight_models.py --device cuda on the generalization column's
+#          784-128-128-128-10 classifiers at its cells' batches (32, 4, 1): the step of its costly cells
+#          (nfn-np and the graph models, ~190-220 h of the 2-core CPU) on the GPU
 #
 # FIT_CONFIGS (the fit stage's kernel configurations) and CLF_KINDS (clfgen's zoos) override the
 # defaults below, to spend a short second session on what the first left open.
@@ -35,7 +38,7 @@ PY=${PYTHON:-python3}
 PAYLOAD=${PAYLOAD:-.gpu}
 WORK=${WORK:-/tmp/zoo-gpu}  # stores written here (the machine's local disk)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-declare -A STAGE_LIMITS=([env]=20 [fit]=75 [gen]=60 [clf]=100 [clfgen]=150 [dws]=45 [models]=120)
+declare -A STAGE_LIMITS=([env]=20 [fit]=75 [gen]=60 [clf]=100 [clfgen]=150 [dws]=45 [models]=120 [gencells]=150)
 mkdir -p "$RESULTS" "$WORK"
 rm -f "$RESULTS/done"
 STAGES=("$@")
@@ -159,7 +162,17 @@ models_stage() {
         --batch 64 --iters 5 --bf16 --models dwsnet,nfn-np,nfn-hnp,ng-gnn,ng-transformer,scalegmn,scalegmn-b
 }
 
-export -f dws_stage models_stage clfgen_stage
+gencells_stage() {
+    has_cuda || { echo "skipped: no CUDA"; return 0; }
+    # the benchmark's default networks and DWSNet are the column's (784-128-128-128-10 ReLU classifiers,
+    # d0' = 16, 16 channels); each batch as pipelines/weight_models.py gives the cell (GRAPH_BATCH_SIZES;
+    # nfn-np the pipeline's 32), each run with its own DWSNet row for the ratio
+    $PY benchmarks/weight_models.py --device cuda --batch 32 --iters 5 --models nfn-np
+    $PY benchmarks/weight_models.py --device cuda --batch 4 --iters 5 --models ng-gnn,scalegmn
+    $PY benchmarks/weight_models.py --device cuda --batch 1 --iters 5 --models ng-transformer,scalegmn-b
+}
+
+export -f dws_stage models_stage clfgen_stage gencells_stage
 export FIT_CONFIGS CLF_KINDS
 for s in "${STAGES[@]}"; do
     case $s in
@@ -170,7 +183,8 @@ for s in "${STAGES[@]}"; do
         clfgen) stage clfgen clfgen_stage ;;
         dws) stage dws dws_stage ;;
         models) stage models models_stage ;;
-        *) echo "unknown stage $s (env fit gen clf clfgen dws models)"; exit 2 ;;
+        gencells) stage gencells gencells_stage ;;
+        *) echo "unknown stage $s (env fit gen clf clfgen dws models gencells)"; exit 2 ;;
     esac
 done
 grep -h '^goal:' "$RESULTS"/*.txt > "$RESULTS/summary.txt" 2>/dev/null

@@ -28,6 +28,34 @@ def test_gpu_session_skips_cuda_stages_cleanly_on_a_cpu(tmp_path):
     assert "MB/s" in env and "torch" in env and "=== env: exit 0" in env
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour")
+def test_the_optional_gencells_stage_skips_on_a_cpu_and_its_commands_run(tmp_path):
+    """Not a default stage; on a CPU it skips. Its benchmark commands, run here on small networks (the
+    same flags, then --device cpu and tiny widths, which argparse lets override), name real models and
+    options, so a borrowed GPU's minutes are not lost to a typo."""
+    results = tmp_path / "results"
+    done = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_session.sh"), "gencells"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "RESULTS": str(results),
+                                                       "WORK": str(tmp_path / "work"), "PYTHON": sys.executable})
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (results / "gencells.txt").read_text()
+    assert "skipped: no CUDA" in text and "=== gencells: exit 0" in text
+    script = (ROOT / "benchmarks/gpu_session.sh").read_text()
+    body = script[script.index("gencells_stage() {"):]
+    body = body[:body.index("\n}")]
+    commands = [line.strip().removeprefix("$PY ") for line in body.splitlines()
+                if line.strip().startswith("$PY benchmarks/weight_models.py")]
+    assert len(commands) == 3
+    for command in commands:
+        args = command.split()[1:] + ["--device", "cpu", "--widths", "12,6,6,3", "--iters", "1", "--threads", "1"]
+        ran = subprocess.run([sys.executable, str(ROOT / "benchmarks/weight_models.py"), *args], capture_output=True,
+                             text=True, timeout=300, cwd=ROOT)
+        assert ran.returncode == 0, command + ran.stdout + ran.stderr
+        models = command.split("--models ")[1].split()[0].split(",")
+        table = ran.stdout[ran.stdout.index("model "):]
+        assert all(f"\n{model} " in table for model in models), ran.stdout
+
+
 def test_gpu_session_refuses_an_unknown_stage(tmp_path):
     done = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_session.sh"), "nonsense"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, "RESULTS": str(tmp_path), "WORK": str(tmp_path)})
