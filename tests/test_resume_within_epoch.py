@@ -143,3 +143,46 @@ def test_checkpoint_minutes_is_a_speed_setting_and_refuses_negative_values(tiny_
     resumed = CliRunner().invoke(main, [*args, "--checkpoint-minutes", "0"])  # another value resumes the run
     assert resumed.exit_code == 0, resumed.output
     assert "resuming lr 0.001, seed 0 in epoch 1 of 2, after 2 of its" in resumed.output
+
+
+def test_a_process_killed_within_an_epoch_resumes_to_the_same_metrics(reference, tmp_path):
+    """SIGKILL after a save within an epoch (no chance to clean up), then the same command again."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    opts, expected = reference
+    if opts.loader_workers:
+        pytest.skip("one kill is enough: the in-memory run")
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "cli", "train", opts.store, "--out", str(out), "--epochs", "3", "--lr", "1e-3",
+               "--batch-size", "16", "--hidden-channels", "8", "--dropout", "0.1", "--precise-bn", "16",
+               "--checkpoint-minutes", "1e-9"]
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the tests' thread count: the same float rounding
+    victim = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    saved, path = None, out / "checkpoints" / "lr0.001-seed0.pt"
+    while saved is None:
+        assert victim.poll() is None, "the run ended before it could be killed"
+        if path.exists():  # (replaced atomically: always a whole file)
+            values = torch.load(path, weights_only=False)["values"]
+            if values.get("within") and values["epoch"] >= 1:
+                victim.send_signal(signal.SIGKILL)
+                saved = values
+        time.sleep(0.002)
+    victim.wait()
+    saved = torch.load(path, weights_only=False)["values"]  # the last save before the kill
+    again = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    if saved.get("within"):
+        assert (f"resuming lr 0.001, seed 0 in epoch {saved['epoch'] + 1} of 3, after {saved['within']['batches']} "
+                f"of its {saved['within']['of']} batches") in again.stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    reference_metrics = json.loads(json.dumps(without_seconds(expected)))
+    assert without_seconds(metrics)["test"] == pytest.approx(reference_metrics["test"], rel=1e-5)
+    for a, b in zip(metrics["history"], reference_metrics["history"], strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert x == pytest.approx(y, rel=1e-5)
