@@ -145,6 +145,7 @@ def test_checkpoint_minutes_is_a_speed_setting_and_refuses_negative_values(tiny_
     assert "resuming lr 0.001, seed 0 in epoch 1 of 2, after 2 of its" in resumed.output
 
 
+@pytest.mark.parametrize("reference", ["memory"], indirect=True)  # one kill is enough
 def test_a_process_killed_within_an_epoch_resumes_to_the_same_metrics(reference, tmp_path):
     """SIGKILL after a save within an epoch (no chance to clean up), then the same command again."""
     import json
@@ -155,8 +156,6 @@ def test_a_process_killed_within_an_epoch_resumes_to_the_same_metrics(reference,
     import time
 
     opts, expected = reference
-    if opts.loader_workers:
-        pytest.skip("one kill is enough: the in-memory run")
     out = tmp_path / "run"
     command = [sys.executable, "-m", "cli", "train", opts.store, "--out", str(out), "--epochs", "3", "--lr", "1e-3",
                "--batch-size", "16", "--hidden-channels", "8", "--dropout", "0.1", "--precise-bn", "16",
