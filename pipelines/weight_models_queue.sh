@@ -19,7 +19,9 @@
 # directories were lost. Last, the generalization column's costly cells (session 15: a state per
 # weight of a 784-128-128-128-10 classifier makes a network 0.1-0.8 s a step here with both cores,
 # against the DWSNet's 0.01-0.02 s; ~190-220 h of this CPU, nfn-np and the graph models together),
-# the table's part for a GPU machine.
+# the table's part for a GPU machine. Their full epochs take up to ~4.8 h here: zoo train saves within
+# an epoch every 10 minutes (--checkpoint-minutes, session 16), so they go on across sessions; and
+# ng-transformer and scalegmn-b train at batch 1, which zoo train skipped entirely before session 16.
 set -u
 cd "$(dirname "$0")/.."
 R=$(realpath -m "${1:-results}")
