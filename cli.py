@@ -511,8 +511,7 @@ def show(store, out, count, data_root):
 @click.option("--checkpoint-minutes", type=click.FloatRange(min=0), default=TRAIN["checkpoint_minutes"],
               show_default=True, metavar="M",
               help="Also save the training's state within an epoch, every M minutes (0: after every epoch only), "
-                   "so an epoch of hours resumes where it stopped; a resume skips the batches already trained on. "
-                   "Not with --workers N > 1.")
+                   "so an epoch of hours resumes where it stopped; a resume skips the batches already trained on.")
 @click.option("--data-root", default=TRAIN["data_root"], type=click.Path(),
               help="--task adapt: the folder of the classifiers' images (default: the one the store recorded).")
 @click.option("--image-batch", type=int, default=TRAIN["image_batch"], show_default=True,

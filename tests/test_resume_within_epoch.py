@@ -185,3 +185,100 @@ def test_a_process_killed_within_an_epoch_resumes_to_the_same_metrics(reference,
     for a, b in zip(metrics["history"], reference_metrics["history"], strict=True):
         for x, y in zip(a, b, strict=True):
             assert x == pytest.approx(y, rel=1e-5)
+
+
+class _Flat(torch.nn.Module):
+    """A linear classifier of a network's flattened parameters, with dropout (each worker's own draws)."""
+
+    def __init__(self, features: int):
+        super().__init__()
+        self.drop, self.linear = torch.nn.Dropout(0.2), torch.nn.Linear(features, 10)
+
+    def forward(self, ws):
+        return self.linear(self.drop(torch.cat([t.flatten(1) for t in (*ws.weights, *ws.biases)], 1)))
+
+
+def _data_parallel_worker(rank: int, world: int, port: int, store: str, folder: str, results) -> None:
+    """Worker ``rank`` of ``world`` (gloo): the same 2-epoch training uninterrupted, then interrupted after
+    the save of epoch 2's 3rd step and resumed in the same process; both outcomes to ``results``. Only
+    rank 0 finds a save due after every step (the others' clocks would not ask for one for days): all
+    save, since a save is a collective call that every worker must make after the same step."""
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    from dws.stream import WeightStoreLoader
+    from dws.tasks.objectives import get_task
+    from dws.tasks.trainer import TrainConfig, train
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    torch.set_num_threads(1)
+
+    batches = len(WeightStoreLoader(store, "train", batch_size=8))
+
+    class InterruptedAfter(Checkpoint):
+        saves = 0
+
+        def save(self, objects, values):
+            super().save(objects, values)
+            InterruptedAfter.saves += 1
+            if InterruptedAfter.saves == batches + 1 + 3:  # each step and epoch 1's end, then 3 steps
+                raise Interrupted
+
+    def run(checkpoint: Checkpoint, minutes: float, lines: list):
+        torch.manual_seed(0)
+        loaders = {split: WeightStoreLoader(store, split, batch_size=8, shuffle=split == "train")
+                   for split in ("train", "val", "test")}
+        model = torch.nn.parallel.DistributedDataParallel(_Flat(sum(
+            o * i + o for i, o in zip(loaders["train"].widths, loaders["train"].widths[1:]))))
+        result = train(model, get_task("classify"), loaders, TrainConfig(epochs=2, progress=False,
+                                                                         checkpoint_minutes=minutes),
+                       shard=(rank, world), checkpoint=checkpoint, log=lines.append)
+        return result.history, {k: v.clone() for k, v in result.state_dict.items()}
+
+    minutes = EVERY_STEP if rank == 0 else 1e6
+    try:
+        lines = []
+        expected = run(Checkpoint(Path(folder) / "a.pt", "a", rank, world), 0, lines)
+        try:
+            run(InterruptedAfter(Path(folder) / "b.pt", "b", rank, world), minutes, lines)
+            results.put((rank, "not interrupted", None))
+            return
+        except Interrupted:
+            pass
+        dist.barrier()  # rank 0 has written the file (the others return from the save before it does)
+        saved = torch.load(Path(folder) / "b.pt", weights_only=False)["values"]["within"]
+        resumed = run(Checkpoint(Path(folder) / "b.pt", "b", rank, world), minutes, lines)
+        same_state = all(torch.equal(expected[1][k], resumed[1][k]) for k in expected[1])
+        results.put((rank, "resumed", (expected[0] == resumed[0], same_state, lines, saved, batches)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_data_parallel_workers_save_within_an_epoch_after_the_same_step_and_resume_exactly(tiny_store, tmp_path):
+    """Every worker decides to save after the same step (one collective with the NaN check), each worker's
+    epoch losses and generators are kept, and the resumed training ends as the uninterrupted one did."""
+    import multiprocessing
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    workers = [ctx.Process(target=_data_parallel_worker, args=(rank, 2, port, str(tiny_store), str(tmp_path), results))
+               for rank in range(2)]
+    for w in workers:
+        w.start()
+    outcome = dict((rank, (kind, found)) for rank, kind, found in (results.get(timeout=240) for _ in workers))
+    for w in workers:
+        w.join(timeout=30)
+    for rank in range(2):
+        kind, (same_history, same_state, lines, saved, batches) = outcome[rank]
+        assert kind == "resumed"
+        assert saved["batches"] == 3 and saved["of"] == batches >= 4
+        assert [len(losses) for losses in saved["losses"]] == [3, 3]  # both workers' losses
+        assert f"resuming b in epoch 2 of 2, after 3 of its {batches} batches" in lines, lines
+        assert same_history and same_state, rank

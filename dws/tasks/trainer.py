@@ -56,7 +56,7 @@ class TrainConfig:
     clip_grad: float | None = None  # the gradients' global L2 norm clipped to this before every step
     amsgrad: bool = False  # AdamW's AMSGrad variant
     # with a checkpoint: within an epoch, the state is also saved after the first step that ends this many
-    # minutes after the last save (None: after every epoch only). Not with data-parallel workers
+    # minutes after the last save (None: after every epoch only)
     checkpoint_minutes: float | None = 10.0
 
 
@@ -249,9 +249,9 @@ def train(
     see :mod:`dws.tasks.distributed`); it trains on its rows of every batch (:func:`shard_batch`,
     batches shorter than ``world`` are skipped) and records the whole batches' losses.
 
-    ``checkpoint``: saved after every epoch, and within an epoch every ``config.checkpoint_minutes``
-    (without ``shard``); a training it holds is continued where it was saved (``log`` says so). The
-    loaders' positions are saved if they have a ``state_dict``.
+    ``checkpoint``: saved after every epoch, and within an epoch every ``config.checkpoint_minutes`` (data-
+    parallel workers all after the same step); a training it holds is continued where it was saved (``log``
+    says so). The loaders' positions are saved if they have a ``state_dict``.
     """
     torch.manual_seed(config.seed)
     device = config.device
@@ -268,8 +268,9 @@ def train(
     done = {"epoch": 0, "best": None, "best_state": None, "best_epoch": -1, "history": [], "stale": 0, "seconds": 0.0,
             "steps": 0, "epoch_seconds": []}
     saved = None if checkpoint is None else checkpoint.resume(stateful)
-    # a save within an epoch: that epoch's batches trained on, their losses, its seconds so far, and the
-    # random generators as they were after its last step (restored once those batches are skipped)
+    # a save within an epoch: that epoch's batches trained on, their losses (with data-parallel workers, each
+    # worker's), its seconds so far, and the random generators as they were after its last step (restored
+    # once those batches are skipped)
     within, within_random = None, None
     if saved is not None:
         # saved before steps were counted: never with a warmup (LEGACY_SETTINGS); before epoch times were kept
@@ -282,8 +283,7 @@ def train(
                 f"resuming {checkpoint.label} in epoch {done['epoch'] + 1} of {config.epochs}, after "
                 f"{within['batches']} of its {within['of'] or '?'} batches")
     history = done["history"]
-    every = None if checkpoint is None or shard is not None or not config.checkpoint_minutes else \
-        config.checkpoint_minutes * 60  # (data-parallel ranks would have to agree on the step)
+    every = None if checkpoint is None or not config.checkpoint_minutes else config.checkpoint_minutes * 60
     t0 = last_save = time.perf_counter()
     # a batch of one network (a final one) is skipped where batch norm would have to normalize it; a model
     # without batch norm trains on it (the graph models and NFNs train on batches of one, docs/train.md)
@@ -298,7 +298,8 @@ def train(
         epoch_start = {"loader:train": Captured(loaders["train"].state_dict())} if "loader:train" in stateful else {}
         skip, losses, started = 0, [], time.perf_counter()
         if within is not None:
-            skip, losses, started = within["batches"], list(within["losses"]), started - within["seconds"]
+            skip, started = within["batches"], started - within["seconds"]
+            losses = list(within["losses"] if shard is None else within["losses"][shard[0]])
         batches = tqdm(loaders["train"], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", leave=False,
                        total=_length(loaders["train"]), disable=not config.progress, dynamic_ncols=True)
         for position, batch in enumerate(batches, start=1):
@@ -321,9 +322,12 @@ def train(
                 with step_precision(config):
                     loss = task.loss(step_model, ws, target, config.temperature)
                 finite = torch.isfinite(loss.detach()).to(torch.int32)
+                due = every is not None and time.perf_counter() - last_save >= every  # a save after this step
                 if shard is not None:  # all workers stop at the same step (one alone would leave the others
-                    # waiting in DDP's gradient all-reduce)
-                    torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+                    # waiting in DDP's gradient all-reduce), and save after the same one (a collective call)
+                    flags = torch.stack([1 - finite, torch.tensor(int(due), dtype=torch.int32, device=finite.device)])
+                    torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+                    finite, due = 1 - flags[0], bool(flags[1])
                 if not finite:
                     here = loss.item()
                     raise Diverged(f"epoch {epoch}: training loss is "
@@ -338,11 +342,14 @@ def train(
                 group["lr"] = warmed_up_lr(config, done["steps"])
             opt.step()
             losses.append(loss.item() if shard is None else loss.item() * weight / shard[1])
-            if every is not None and time.perf_counter() - last_save >= every:
-                now = time.perf_counter()
+            if due:
+                now, kept = time.perf_counter(), list(losses)
+                if shard is not None:  # every worker's (rank 0 writes the file)
+                    kept = [None] * shard[1]
+                    torch.distributed.all_gather_object(kept, losses)
                 checkpoint.save({**stateful, **epoch_start}, {
                     **done, "seconds": done["seconds"] + now - t0,
-                    "within": {"batches": position, "of": _length(loaders["train"]), "losses": list(losses),
+                    "within": {"batches": position, "of": _length(loaders["train"]), "losses": kept,
                                "seconds": now - started}})
                 last_save = time.perf_counter()
         if within is not None:  # saved after its last batch: nothing was left to skip
