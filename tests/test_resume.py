@@ -145,6 +145,11 @@ def test_a_killed_process_resumes_to_the_same_metrics(uninterrupted, tmp_path):
     assert again.returncode == 0, again.stderr
     assert "lr 0.001, seed 0: finished before the interruption" in again.stdout
     assert f"resuming lr 0.001, seed 1 after epoch {saved['values']['epoch']} of 3" in again.stdout
+    assert_same_metrics(out, reference)
+
+
+def assert_same_metrics(out: Path, reference: dict) -> None:
+    """``out``'s metrics.json against ``reference``'s metrics up to another process's float rounding."""
     metrics = json.loads((out / "metrics.json").read_text())
     expected = json.loads(json.dumps(without_seconds(reference)))
     assert without_seconds(metrics)["test"] == pytest.approx(expected["test"], rel=1e-5)

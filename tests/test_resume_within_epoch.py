@@ -17,7 +17,7 @@ from dws.tasks.options import TrainOptions
 from dws.tasks.prepare import prepare_run
 from dws.tasks.run import train_run
 
-from test_resume import COMMON, Interrupted, best_state, interrupt_after, without_seconds
+from test_resume import COMMON, Interrupted, assert_same_metrics, best_state, interrupt_after, without_seconds
 
 EVERY_STEP = 1e-9  # --checkpoint-minutes: a save after every step
 
@@ -148,7 +148,6 @@ def test_checkpoint_minutes_is_a_speed_setting_and_refuses_negative_values(tiny_
 @pytest.mark.parametrize("reference", ["memory"], indirect=True)  # one kill is enough
 def test_a_process_killed_within_an_epoch_resumes_to_the_same_metrics(reference, tmp_path):
     """SIGKILL after a save within an epoch (no chance to clean up), then the same command again."""
-    import json
     import os
     import signal
     import subprocess
@@ -179,12 +178,7 @@ def test_a_process_killed_within_an_epoch_resumes_to_the_same_metrics(reference,
     if saved.get("within"):
         assert (f"resuming lr 0.001, seed 0 in epoch {saved['epoch'] + 1} of 3, after {saved['within']['batches']} "
                 f"of its {saved['within']['of']} batches") in again.stdout
-    metrics = json.loads((out / "metrics.json").read_text())
-    reference_metrics = json.loads(json.dumps(without_seconds(expected)))
-    assert without_seconds(metrics)["test"] == pytest.approx(reference_metrics["test"], rel=1e-5)
-    for a, b in zip(metrics["history"], reference_metrics["history"], strict=True):
-        for x, y in zip(a, b, strict=True):
-            assert x == pytest.approx(y, rel=1e-5)
+    assert_same_metrics(out, expected)
 
 
 class _Flat(torch.nn.Module):
