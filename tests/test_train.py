@@ -392,7 +392,7 @@ def test_a_diverged_candidate_is_recorded_counted_and_not_trained_again(tiny_sto
     lines = []
     first = fit_run(prepare_run(opts, lines.append), lines.append, train_fn=train_fn)
     assert trained == [5e-3, 1e-3, 5e-4, 1e-4] and first["lr_search"]["0.005"] is None
-    assert any(line.startswith("lr 0.005: diverged (epoch 1: training loss is nan") for line in lines), lines
+    assert any(line.startswith("lr 0.005: diverged (epoch 2: training loss is nan") for line in lines), lines
     kept = sum(r.seconds for r in first["results"])
     assert first["training_seconds"] > kept  # the other candidates' and the diverged one's too
     assert first["training_epochs"] == 1 + 3 * 2  # the diverged candidate completed one of its two epochs

@@ -330,7 +330,7 @@ def train(
                     finite, due = 1 - flags[0], bool(flags[1])
                 if not finite:
                     here = loss.item()
-                    raise Diverged(f"epoch {epoch}: training loss is "
+                    raise Diverged(f"epoch {epoch + 1}: training loss is "
                                    f"{here if not np.isfinite(here) else 'not finite on another worker'}; lower the "
                                    f"learning rate", history, done["seconds"] + time.perf_counter() - t0)
                 opt.zero_grad(set_to_none=True)
