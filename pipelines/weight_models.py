@@ -441,9 +441,9 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
                 "model_version": model_version(opts.model),
                 f"val_{spec.selection}": val, **{m.key: m.read(done) for m in spec.metrics},
                 "wall_seconds": max(wall_seconds or 0.0, trained_seconds(done))}
-    done_epochs = checkpoint_progress(Path(opts.out), opts.task).epochs
-    status = RUNNING if running else UNFINISHED if done_epochs else NOT_RUN
-    return {**record, "status": status, "epochs_done": done_epochs}
+    progress = checkpoint_progress(Path(opts.out), opts.task)  # (a save within its first epoch is work done too)
+    status = RUNNING if running else UNFINISHED if progress.epochs or progress.partial else NOT_RUN
+    return {**record, "status": status, "epochs_done": progress.epochs}
 
 
 # ------------------------------------------------------------------------------ the table

@@ -159,6 +159,20 @@ def test_an_interrupted_cell_is_tabulated_unfinished_and_resumes(stores, tmp_pat
     assert [h["epoch"] for h in metrics["history"][0]] == [0, 1]
 
 
+def test_a_cell_saved_within_its_first_epoch_is_unfinished_not_run(stores, tmp_path, monkeypatch):
+    """zoo train saves within an epoch (--checkpoint-minutes; here after every step): a cell interrupted in
+    its first epoch has work to resume, which the table says, with the share of the epoch done."""
+    out, real = tmp_path / "smoke", weight_models.cell_options
+    monkeypatch.setattr(weight_models, "cell_options", lambda *a, **k: replace(real(*a, **k), checkpoint_minutes=1e-9))
+    interrupt_at_first_save(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        weight_models.run("smoke", out, 1, ["mlp"], log=QUIET, stores=stores, lrs={"mlp": 1e-3})
+    cell = cells(out)["mlp"]
+    assert (cell["status"], cell["epochs_done"]) == ("unfinished", 0)
+    shown = weight_models.summary_cell("mnist", cell, "mlp", weight_models.ACCURACY)
+    assert re.match(r"unfinished 0/2 epochs and \d+% of the next, ~", shown), shown
+
+
 def test_lr_overrides_parse_and_bad_ones_are_refused_in_one_line():
     assert parse_lrs(["dwsnet=1e-3,mlp=5e-4", "nfn-np=0.01"]) == {"dwsnet": 1e-3, "mlp": 5e-4, "nfn-np": 0.01}
     assert parse_lrs(None) == {}
