@@ -375,8 +375,8 @@ def checkpoint_progress(run_dir: Path, task: str) -> Progress:
             last = done.get("epoch_seconds", [])[-RECENT_EPOCHS:]
             recent = sum(last) / len(last) if last else recent
             within = done.get("within")  # (its seconds are in the training's)
-            if within and within.get("of"):
-                partial = within["batches"] / within["of"]
+            if within and within.get("of"):  # (saved after the epoch's last batch: not yet validated, < 100%)
+                partial = min(within["batches"] / within["of"], 0.99)
         seconds += done.get("seconds", 0.0)
         for entry in done["history"]:
             value = entry.get(f"val_{selection.metric}")

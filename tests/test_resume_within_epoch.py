@@ -3,6 +3,7 @@ epoch trained on and ends with the uninterrupted run's result, bit for bit, in m
 (with loader processes, whose start draws from the global generator)."""
 
 import random
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -276,3 +277,109 @@ def test_data_parallel_workers_save_within_an_epoch_after_the_same_step_and_resu
         assert [len(losses) for losses in saved["losses"]] == [3, 3]  # both workers' losses
         assert f"resuming b in epoch 2 of 2, after 3 of its {batches} batches" in lines, lines
         assert same_history and same_state, rank
+
+
+def test_a_loader_position_is_refused_where_the_split_would_be_read_in_another_order(small_chunks):
+    """A shuffled epoch's order depends on how the split is read (held whole, or the shuffle windows' size,
+    which --max-memory and --loader-workers decide): a position saved reading it one way does not resume
+    a loader reading it another (it would skip other batches than it trained on)."""
+    from dws.stream import WeightStoreLoader
+
+    def loader(**how):
+        return WeightStoreLoader(small_chunks, "train", batch_size=8, seed=3, **how)
+
+    held, windows, wider = loader(in_memory=True), loader(in_memory=False, buffer_chunks=2), \
+        loader(in_memory=False, buffer_chunks=5)
+    orders = [[batch.index.tolist() for batch in each] for each in (held, windows, wider)]
+    assert orders[0] != orders[1] != orders[2] != orders[0]  # the premise: three orders of one epoch
+    for saved, resumed in ((held, windows), (windows, wider), (wider, held)):
+        with pytest.raises(ValueError, match=re.escape(f"was read {saved.reading} when this position was saved, and "
+                                                       f"would be read {resumed.reading} now")):
+            resumed.load_state_dict(saved.state_dict())
+    again = loader(in_memory=False, buffer_chunks=2)
+    again.load_state_dict(windows.state_dict())
+    assert again.epoch == 1 and [batch.index.tolist() for batch in again] != orders[1]  # epoch 1 now
+    again.load_state_dict({"epoch": 0, "seed": 3})  # saved before the reading was recorded: taken as it is
+    assert [batch.index.tolist() for batch in again] == orders[1]
+    evaluated = WeightStoreLoader(small_chunks, "val", batch_size=8, shuffle=False, in_memory=True)
+    WeightStoreLoader(small_chunks, "val", batch_size=8, shuffle=False, in_memory=False).load_state_dict(
+        evaluated.state_dict())  # unshuffled: the same order either way
+
+
+@pytest.mark.parametrize("reference", ["stream"], indirect=True)
+def test_a_resume_with_loader_workers_that_change_the_reading_is_refused(reference, tmp_path, monkeypatch):
+    opts, _ = reference
+    opts = replace(opts, out=str(tmp_path / "run"), checkpoint_minutes=EVERY_STEP)
+    interrupt_after(monkeypatch, 2)
+    with pytest.raises(Interrupted):
+        train_run(opts, log=quiet)
+    monkeypatch.undo()
+    before = (tmp_path / "run" / "checkpoints" / "lr0.001-seed0.pt").read_bytes()
+    with pytest.raises(ValueError, match="would be read in shuffle windows of .* now, in another order"):
+        train_run(replace(opts, loader_workers=0), log=quiet)
+    assert (tmp_path / "run" / "checkpoints" / "lr0.001-seed0.pt").read_bytes() == before
+    lines = []
+    train_run(opts, log=lines.append)  # with the options it was saved with
+    assert any(line.startswith("resuming lr 0.001, seed 0 in epoch 1 of 3, after 2 of its") for line in lines)
+
+
+def test_a_training_loader_without_a_position_is_saved_after_epochs_only(tiny_store, tmp_path):
+    """Its batches on a rerun need not be the ones it trained on, so nothing is saved within an epoch."""
+    from dws.stream import WeightStoreLoader
+    from dws.tasks.objectives import get_task
+    from dws.tasks.trainer import TrainConfig, train
+
+    saved = []
+
+    class Counted(Checkpoint):
+        def save(self, objects, values):
+            super().save(objects, values)
+            saved.append("within" in values)
+
+    store = WeightStoreLoader(tiny_store, "train", batch_size=8)
+    batches = list(store)  # a plain list: no state_dict
+    loaders = {"train": batches, "val": WeightStoreLoader(tiny_store, "val", batch_size=8, shuffle=False),
+               "test": WeightStoreLoader(tiny_store, "test", batch_size=8, shuffle=False)}
+    train(_Flat(sum(o * i + o for i, o in zip(store.widths, store.widths[1:]))), get_task("classify"), loaders,
+          TrainConfig(epochs=2, progress=False, checkpoint_minutes=EVERY_STEP),
+          checkpoint=Counted(tmp_path / "c.pt", "c"))
+    assert saved == [False, False]
+
+
+def test_saves_within_an_epoch_come_every_checkpoint_minutes_counted_from_the_last_save(tiny_store, tmp_path,
+                                                                                     monkeypatch):
+    """A clock that moves one minute per training step: with --checkpoint-minutes 4.5 the saves within
+    epochs come after 5 steps, counted again from each epoch's own save (6 batches of 8 an epoch)."""
+    import types
+
+    import dws.tasks.trainer as trainer
+    from dws.stream import WeightStoreLoader
+    from dws.tasks.objectives import get_task
+
+    clock = [0.0]
+    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    task = get_task("classify")
+
+    class Ticking:  # the task, with a minute passing in every step
+        def __getattr__(self, name):
+            return getattr(task, name)
+
+        def loss(self, *args):
+            clock[0] += 60.0
+            return task.loss(*args)
+
+    saved = []
+
+    class Counted(Checkpoint):
+        def save(self, objects, values):
+            super().save(objects, values)
+            saved.append((values["epoch"], values["within"]["batches"] if "within" in values else "end"))
+
+    loaders = {split: WeightStoreLoader(tiny_store, split, batch_size=8, shuffle=split == "train")
+               for split in ("train", "val", "test")}
+    assert len(loaders["train"]) == 6
+    widths = loaders["train"].widths
+    trainer.train(_Flat(sum(o * i + o for i, o in zip(widths, widths[1:]))), Ticking(), loaders,
+                  trainer.TrainConfig(epochs=3, progress=False, checkpoint_minutes=4.5),
+                  checkpoint=Counted(tmp_path / "c.pt", "c"))
+    assert saved == [(0, 5), (1, "end"), (1, 5), (2, "end"), (2, 5), (3, "end")]

@@ -277,14 +277,24 @@ def test_every_model_trains_on_batches_of_one_or_is_refused_in_one_line(tiny_sto
                         hidden_channels=4, num_layers=2, precise_bn=0, out=str(tmp_path / "run"), progress=False)
     built, _ = build_model(model, (2, 8, 8, 1), 10, hidden_channels=4, num_layers=2, activation="sine")
     if batch_norms(built):
-        with pytest.raises(ValueError, match=f"--batch-size 1: --model {model} has batch norm, which cannot "
-                                             f"normalize a batch of one network"):
+        with pytest.raises(ValueError, match=f"--batch-size 1: --model {model} --task classify has batch norm, "
+                                             f"which takes its statistics over the batch"):
             train_run(opts, log=lambda *_: None)
         assert not (tmp_path / "run").exists()
         return
     assert steps_taken(opts, monkeypatch) == [5, 10]
     history = json.loads((tmp_path / "run" / "metrics.json").read_text())["history"][0]
     assert all(np.isfinite(epoch["train_loss"]) for epoch in history)
+
+
+def test_ssl_at_batches_of_one_is_refused_even_without_batch_norm(tiny_store, tmp_path):
+    """NT-Xent on one network has no negatives: its loss is 0 and nothing trains."""
+    opts = TrainOptions(store=str(tiny_store), model="nfn-np", task="ssl", target="label", epochs=1, lr=1e-3,
+                        batch_size=1, hidden_channels=4, precise_bn=0, out=str(tmp_path / "run"), progress=False)
+    with pytest.raises(ValueError, match="--batch-size 1: --model nfn-np --task ssl trains with NT-Xent, which needs "
+                                         "other networks of the batch as negatives"):
+        train_run(opts, log=lambda *_: None)
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_epoch_that_trains_nothing_is_an_error_not_a_nan_loss(tiny_store, tmp_path):
@@ -298,7 +308,7 @@ def test_an_epoch_that_trains_nothing_is_an_error_not_a_nan_loss(tiny_store, tmp
     loaders = {"train": loader, "val": WeightStoreLoader(tiny_store, "val", batch_size=8, shuffle=False),
                "test": WeightStoreLoader(tiny_store, "test", batch_size=8, shuffle=False)}
     with pytest.raises(ValueError, match="epoch 1: no batch was trained on: the model trains on batches of 2 or "
-                                         "more networks \\(its batch norm cannot normalize fewer\\)"):
+                                         "more networks \\(it has batch norm, which takes its statistics over"):
         train(model, get_task("classify"), loaders, TrainConfig(epochs=1, progress=False))
 
 

@@ -163,16 +163,29 @@ class WeightStoreLoader:
     def state_dict(self) -> dict:
         """The loader's position between epochs (what a resumed training restores): the next epoch.
 
-        An epoch's batch order and augmentation draws depend on ``(seed, epoch)`` only, so this is
-        all a loader needs to continue as if never stopped.
+        An epoch's batch order and augmentation draws depend on ``(seed, epoch)`` and, shuffled, on how
+        the split is read (:attr:`reading`), so these are all a loader needs to continue as if never stopped.
         """
-        return {"epoch": self.epoch, "seed": self.seed}
+        return {"epoch": self.epoch, "seed": self.seed, **({"reading": self.reading} if self.shuffle else {})}
 
     def load_state_dict(self, state: dict) -> None:
+        """Go to ``state``'s position; refused (ValueError, one line) where this loader would make other
+        batches: another seed, or a shuffled split read otherwise (a position saved before that was
+        recorded is taken as it is)."""
         if state["seed"] != self.seed:
             raise ValueError(f"a loader position saved with seed {state['seed']} cannot resume a loader with "
                              f"seed {self.seed}")
+        if self.shuffle and state.get("reading", self.reading) != self.reading:
+            raise ValueError(f"the {self.split} split was read {state['reading']} when this position was saved, "
+                             f"and would be read {self.reading} now, in another order (the memory plan decides it: "
+                             f"--max-memory and --loader-workers); resume with the options it was saved with")
         self.set_epoch(state["epoch"])
+
+    @property
+    def reading(self) -> str:
+        """How a shuffled epoch reads the split, which decides its order: held whole (one permutation) or
+        streamed through shuffle windows of ``buffer_chunks`` chunks."""
+        return "in memory" if self.in_memory else f"in shuffle windows of {self.buffer_chunks} chunk(s)"
 
     # ----------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[Batch]:

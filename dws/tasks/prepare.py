@@ -34,7 +34,7 @@ from .models import build_model, training_store, weight_spread
 from .objectives import Task, get_task
 from .options import (ACTIVATION_PEAK, CLAIMED_SYMMETRY, TrainOptions, default_run_dir, model_version,
                       with_task_defaults)
-from .trainer import batch_norms
+from .trainer import least_batch
 
 
 class FirstBatches:
@@ -291,11 +291,11 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
         model_kwargs["target_scale"] = scale
     # refuses what cannot be built (plain: no kernel build for a check)
     model, _ = build_model(opts.model, store.widths, out_features, **model_kwargs, backend="plain")
-    if batch_norms(model) and opts.batch_size // opts.workers < 2:
+    least, why = least_batch(model, task)
+    if opts.batch_size // opts.workers < least:
         workers = f" on {opts.workers} workers" if opts.workers > 1 else ""
-        raise ValueError(f"--batch-size {opts.batch_size}{workers}: --model {opts.model} has batch norm, which cannot "
-                         f"normalize a batch of one network, so no step would train; use --batch-size "
-                         f"{2 * opts.workers} or more")
+        raise ValueError(f"--batch-size {opts.batch_size}{workers}: --model {opts.model} --task {task.name} {why}, so "
+                         f"no batch would train; use --batch-size {least * opts.workers} or more")
     device = resolve_device(opts.device)
     # a data-parallel worker runs its model on its rows of each batch; SSL runs two views per step
     shard_rows = -(-opts.batch_size // opts.workers)

@@ -139,8 +139,19 @@ def predict(model, loader: Iterable, device: str) -> Predictions:
 
 
 def batch_norms(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's batch norms: in training they cannot normalize a batch of one network (they raise)."""
+    """The model's batch norms: in training they take their statistics over the batch."""
     return [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+
+
+def least_batch(model: torch.nn.Module, task: Task) -> tuple[int, str | None]:
+    """The fewest networks a training batch needs, and why where it is more than one: batch norm's
+    statistics of a single network are meaningless (PyTorch's raises on one; DWSNet's would normalize
+    each network by itself), and NT-Xent needs other networks as negatives (its loss on one is 0)."""
+    if batch_norms(model):
+        return 2, "has batch norm, which takes its statistics over the batch (of one network they are meaningless)"
+    if task.name == "ssl":
+        return 2, "trains with NT-Xent, which needs other networks of the batch as negatives"
+    return 1, None
 
 
 @torch.no_grad()
@@ -283,11 +294,14 @@ def train(
                 f"resuming {checkpoint.label} in epoch {done['epoch'] + 1} of {config.epochs}, after "
                 f"{within['batches']} of its {within['of'] or '?'} batches")
     history = done["history"]
-    every = None if checkpoint is None or not config.checkpoint_minutes else config.checkpoint_minutes * 60
+    # (a training loader without a saved position may not repeat its batches: saves after epochs only)
+    every = None if checkpoint is None or not config.checkpoint_minutes or "loader:train" not in stateful else \
+        config.checkpoint_minutes * 60
     t0 = last_save = time.perf_counter()
-    # a batch of one network (a final one) is skipped where batch norm would have to normalize it; a model
-    # without batch norm trains on it (the graph models and NFNs train on batches of one, docs/train.md)
-    least_batch = 2 if batch_norms(model) else 1
+    # a batch of one network (a final one) is skipped where batch norm or NT-Xent needs more; other models
+    # train on it (the graph models and NFNs train on batches of one, docs/train.md). Data-parallel: per worker
+    least, why = least_batch(model, task)
+    least_rows = least * (1 if shard is None else shard[1])
     bar = tqdm(range(done["epoch"], config.epochs), desc=f"train {task.name}", initial=done["epoch"],
                total=config.epochs, disable=not config.progress, dynamic_ncols=True)
     for epoch in bar:
@@ -309,7 +323,7 @@ def train(
                 set_global_random_state(within_random)
                 within = within_random = None
             weight = 1.0
-            if len(batch) < least_batch:
+            if len(batch) < least_rows:  # (with workers: a worker's rows could be fewer)
                 continue
             if shard is not None:
                 batch, weight = shard_batch(batch, *shard)
@@ -356,10 +370,9 @@ def train(
             set_global_random_state(within_random)
             within = within_random = None
         if not losses:  # (never a NaN training loss in the history, and epochs that train nothing)
-            why = " (its batch norm cannot normalize fewer)" if least_batch > 1 else ""
             raise ValueError(f"epoch {epoch + 1}: no batch was trained on: the model trains on batches of "
-                             f"{least_batch} or more networks{' per worker' if shard is not None else ''}{why}; "
-                             f"raise --batch-size")
+                             f"{least} or more networks{' per worker' if shard is not None else ''}"
+                             f"{f' (it {why})' if why else ''}; raise --batch-size")
         if shard is not None:  # the sum over workers of their weighted shard losses: each whole batch's loss
             summed = torch.tensor(losses, dtype=torch.float64, device=device)
             torch.distributed.all_reduce(summed)
