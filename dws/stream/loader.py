@@ -169,16 +169,12 @@ class WeightStoreLoader:
         return {"epoch": self.epoch, "seed": self.seed, **({"reading": self.reading} if self.shuffle else {})}
 
     def load_state_dict(self, state: dict) -> None:
-        """Go to ``state``'s position; refused (ValueError, one line) where this loader would make other
-        batches: another seed, or a shuffled split read otherwise (a position saved before that was
-        recorded is taken as it is)."""
+        """Go to ``state``'s epoch (refused for another seed). A shuffled split read otherwise than when
+        ``state`` was saved (its ``reading``) gives that epoch other batches: the caller compares
+        ``state_dict()`` after loading where it matters (``zoo train`` resuming within an epoch)."""
         if state["seed"] != self.seed:
             raise ValueError(f"a loader position saved with seed {state['seed']} cannot resume a loader with "
                              f"seed {self.seed}")
-        if self.shuffle and state.get("reading", self.reading) != self.reading:
-            raise ValueError(f"the {self.split} split was read {state['reading']} when this position was saved, "
-                             f"and would be read {self.reading} now, in another order (the memory plan decides it: "
-                             f"--max-memory and --loader-workers); resume with the options it was saved with")
         self.set_epoch(state["epoch"])
 
     @property

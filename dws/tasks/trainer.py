@@ -289,6 +289,14 @@ def train(
         within = done.pop("within", None)
         if within is not None:
             within_random = global_random_state()
+            if within.get("start") is not None and loaders["train"].state_dict() != within["start"]:
+                # read otherwise now (another memory plan): the skipped batches would not be those trained on
+                if log is not None:
+                    log(f"{checkpoint.label}: the train split is read {loaders['train'].state_dict().get('reading')}"
+                        f" now, {within['start'].get('reading')} when epoch {done['epoch'] + 1} was saved after "
+                        f"{within['batches']} batches (--max-memory and --loader-workers decide it): that epoch "
+                        f"restarts from its first batch")
+                within = within_random = None
         if log is not None:
             log(f"resuming {checkpoint.label} after epoch {done['epoch']} of {config.epochs}" if within is None else
                 f"resuming {checkpoint.label} in epoch {done['epoch'] + 1} of {config.epochs}, after "
@@ -309,7 +317,8 @@ def train(
             break
         model.train()
         # the training loader's position at the epoch's start: what a save within the epoch records for it
-        epoch_start = {"loader:train": Captured(loaders["train"].state_dict())} if "loader:train" in stateful else {}
+        start = loaders["train"].state_dict() if "loader:train" in stateful else None
+        epoch_start = {} if start is None else {"loader:train": Captured(start)}
         skip, losses, started = 0, [], time.perf_counter()
         if within is not None:
             skip, started = within["batches"], started - within["seconds"]
@@ -364,7 +373,7 @@ def train(
                 checkpoint.save({**stateful, **epoch_start}, {
                     **done, "seconds": done["seconds"] + now - t0,
                     "within": {"batches": position, "of": _length(loaders["train"]), "losses": kept,
-                               "seconds": now - started}})
+                               "seconds": now - started, "start": start}})
                 last_save = time.perf_counter()
         if within is not None:  # saved after its last batch: nothing was left to skip
             set_global_random_state(within_random)
