@@ -184,8 +184,9 @@ def test_a_process_killed_within_an_epoch_resumes_to_the_same_metrics(reference,
 class _Flat(torch.nn.Module):
     """A linear classifier of a network's flattened parameters, with dropout (each worker's own draws)."""
 
-    def __init__(self, features: int):
+    def __init__(self, widths):
         super().__init__()
+        features = sum(o * i + o for i, o in zip(widths, widths[1:]))
         self.drop, self.linear = torch.nn.Dropout(0.2), torch.nn.Linear(features, 10)
 
     def forward(self, ws):
@@ -225,8 +226,7 @@ def _data_parallel_worker(rank: int, world: int, port: int, store: str, folder: 
         torch.manual_seed(0)
         loaders = {split: WeightStoreLoader(store, split, batch_size=8, shuffle=split == "train")
                    for split in ("train", "val", "test")}
-        model = torch.nn.parallel.DistributedDataParallel(_Flat(sum(
-            o * i + o for i, o in zip(loaders["train"].widths, loaders["train"].widths[1:]))))
+        model = torch.nn.parallel.DistributedDataParallel(_Flat(loaders["train"].widths))
         result = train(model, get_task("classify"), loaders, TrainConfig(epochs=2, progress=False,
                                                                          checkpoint_minutes=minutes),
                        shard=(rank, world), checkpoint=checkpoint, log=lines.append)
@@ -337,7 +337,7 @@ def test_a_training_loader_without_a_position_is_saved_after_epochs_only(tiny_st
     batches = list(store)  # a plain list: no state_dict
     loaders = {"train": batches, "val": WeightStoreLoader(tiny_store, "val", batch_size=8, shuffle=False),
                "test": WeightStoreLoader(tiny_store, "test", batch_size=8, shuffle=False)}
-    train(_Flat(sum(o * i + o for i, o in zip(store.widths, store.widths[1:]))), get_task("classify"), loaders,
+    train(_Flat(store.widths), get_task("classify"), loaders,
           TrainConfig(epochs=2, progress=False, checkpoint_minutes=EVERY_STEP),
           checkpoint=Counted(tmp_path / "c.pt", "c"))
     assert saved == [False, False]
@@ -375,8 +375,7 @@ def test_saves_within_an_epoch_come_every_checkpoint_minutes_counted_from_the_la
     loaders = {split: WeightStoreLoader(tiny_store, split, batch_size=8, shuffle=split == "train")
                for split in ("train", "val", "test")}
     assert len(loaders["train"]) == 6
-    widths = loaders["train"].widths
-    trainer.train(_Flat(sum(o * i + o for i, o in zip(widths, widths[1:]))), Ticking(), loaders,
+    trainer.train(_Flat(loaders["train"].widths), Ticking(), loaders,
                   trainer.TrainConfig(epochs=3, progress=False, checkpoint_minutes=4.5),
                   checkpoint=Counted(tmp_path / "c.pt", "c"))
     assert saved == [(0, 5), (1, "end"), (1, 5), (2, "end"), (2, 5), (3, "end")]

@@ -334,10 +334,8 @@ def train(
             weight = 1.0
             if len(batch) < least_rows:  # (with workers: a worker's rows could be fewer)
                 continue
-            if shard is not None:
+            if shard is not None:  # (never empty: the batch has at least one row per worker)
                 batch, weight = shard_batch(batch, *shard)
-                if batch is None:
-                    continue
             ws, target = _to(batch, device)
             if augment is not None:
                 ws = augment(ws)
