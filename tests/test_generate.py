@@ -1,7 +1,10 @@
 """``zoo generate``: determinism across worker counts, resume after a kill, settings checks."""
 
 import json
+import os
+import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -173,3 +176,33 @@ def test_progress_accounting_and_the_ticker_while_workers_say_nothing():
         assert "running=2 chunk(s)" in ticking.bar.postfix
     finally:
         ticking.close()
+
+
+def test_the_ticker_redraws_no_more_often_than_the_bars_mininterval():
+    """``TQDM_MININTERVAL`` (the queue's 30 s) also spaces the ticker's forced redraws, which would
+    otherwise write a line a second into a log file for as long as Ray workers run. tqdm reads the
+    variable when it is imported, so a fresh interpreter."""
+    script = textwrap.dedent("""
+        import time
+        from zoo.generate.progress import GenerateProgress
+        redraws = []
+        bar = GenerateProgress(total=4, done=0, desc="t", enabled=True, chunks_left=3, workers=2, tick_seconds=0.01)
+        bar.bar.set_postfix = lambda *a, **k: redraws.append(1)
+        time.sleep(1.2)
+        bar.close()
+        print(bar.tick_seconds, len(redraws))
+    """)
+    def run(env):
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        seconds, redraws = out.stdout.split()
+        return float(seconds), int(redraws)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}
+    seconds, redraws = run({**env, "TQDM_MININTERVAL": "0.5"})
+    assert seconds == 0.5 and 1 <= redraws <= 3
+    seconds, redraws = run(env)  # tqdm's own 0.1 s: the ticker's 0.01 s is raised to it, not to 0.5
+    assert seconds == 0.1 and redraws >= 5
+    from zoo.generate.progress import GenerateProgress
+
+    quiet = GenerateProgress(total=4, done=0, desc="t", enabled=False, workers=2)  # the pipelines' progress=False
+    assert quiet.tick_seconds == 1.0
+    quiet.close()

@@ -3,7 +3,9 @@
 In this process a chunk's work says how far it got: the fitter and the classifier trainer call
 ``progress(fraction)`` after every step, so the bar moves through a chunk of 200 networks instead
 of sitting at 0% until it is written. Ray tasks say nothing until they finish, so while they run a
-ticker thread redraws the bar once a second (the elapsed time, a spinner, the chunks running).
+ticker thread redraws the bar once a second (the elapsed time, a spinner, the chunks running), or
+at the bar's ``mininterval`` where that is longer (``TQDM_MININTERVAL=30`` keeps a log file to a
+line every 30 s, as the background queue sets it).
 A chunk counts fully only once it is written, whatever its work reported before.
 """
 
@@ -29,8 +31,10 @@ class GenerateProgress:
         self.chunks_left, self.workers = chunks_left, workers
         self._stop = threading.Event()
         self._ticker = None
+        # a redraw forces a line: not more often than the bar's own (a disabled bar has none)
+        self.tick_seconds = max(tick_seconds, getattr(self.bar, "mininterval", 0.0))
         if enabled and workers:
-            self._ticker = threading.Thread(target=self._tick, args=(tick_seconds,), daemon=True)
+            self._ticker = threading.Thread(target=self._tick, args=(self.tick_seconds,), daemon=True)
             self._ticker.start()
 
     def reporter(self, chunk: int, networks: int) -> Callable[[float], None]:
