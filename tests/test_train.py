@@ -370,7 +370,7 @@ def test_a_diverging_lr_candidate_is_left_out_of_the_search():
 def test_a_val_tie_keeps_the_grids_earlier_candidate():
     """A later candidate must be strictly better on val to replace the chosen lr: ScaleGMN's Fashion-MNIST
     ci cell tied at 5e-4 and 1e-4 (291 of 417 val INRs each) and trains its full cell at 5e-4
-    (docs/train.md). Both directions: val accuracy (max) and val loss (min)."""
+    (docs/train.md). Both directions: a metric to maximize (accuracy) and one to minimize (MSE)."""
     from dws.tasks.protocol import run_protocol
     from dws.tasks.objectives import get_task
     from dws.tasks.trainer import TrainConfig, TrainResult
