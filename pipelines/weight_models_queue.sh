@@ -16,7 +16,7 @@
 # ScaleGMN's ~13 h Fashion-MNIST cells (>= 80.8%), session 14); then the columns whose cells take
 # minutes to hours each (sine, adaptation, the cheap generalization cells and scalegmn's ci one on
 # ReLU classifiers: ~13 h for ~20 cells), the cheap models and the NFNs on INRs, the other graph
-# models, and the MNIST full cells that sessions 1-11 recorded (DWSNet, the NFNs) but whose run
+# models, and the MNIST cells that earlier sessions recorded (DWSNet, the NFNs, ScaleGMN) but whose run
 # directories were lost. Last, the generalization column's costly cells (session 15: a state per
 # weight of a 784-128-128-128-10 classifier makes a network 0.1-0.8 s a step here with both cores,
 # against the DWSNet's 0.01-0.02 s; ~190-220 h of this CPU, nfn-np and the graph models together),
