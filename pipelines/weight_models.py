@@ -45,6 +45,12 @@ symmetry, else entry; none for adapt). Written: ``OUT/SCALE/results-COLUMN.json`
 lr and where it was chosen, metrics, parameters, epochs, wall time, its commands) and
 ``report-COLUMN.md``, rewritten before and after every cell; ``--summary``: ``OUT/summary.md``, every
 column at its table's scale (INR columns and generalization: full; sine and adapt: ci).
+
+Cells finished on other machines stand here too: ``--record`` copies every finished cell under
+``OUT`` into ``--recorded`` (default ``docs/recorded/weight-models``, committed with the code), and a
+machine without a cell's run directory takes the recorded one (its metrics, and the lr a full cell
+needs) instead of retraining it, where its ``zoo train`` command is the one the cell would run now
+(the zoo's location aside); ``--recorded none`` ignores them.
 """
 
 from __future__ import annotations
@@ -110,6 +116,10 @@ SCALE_HELP = {"smoke": "seconds, for the tests",
               "ci": "each model's lr chosen on val, on the ci zoo (hours on a 2-core CPU, the graph models most)",
               "full": "each model 100 epochs at its ci lr on the paper's zoo, one cell at a time (days)"}
 NOT_RUN, RUNNING, UNFINISHED, DONE = "not run", "running", "unfinished", "done"
+# finished cells committed with the code (--record writes them): results are machine-local, and a new machine
+# had lost every run directory twice (sessions 12 and 20), so without these it retrained days of cells
+CHECKOUT = Path(__file__).resolve().parents[1]
+RECORDED = CHECKOUT / "docs" / "recorded" / "weight-models"
 # a cell zoo train refused to train (e.g. a model it cannot size for the zoo, or a --max-memory too small):
 # its reason (the cell's "refused") shown as "not run: REASON" in the tables; a rerun tries again
 REFUSED = "refused"
@@ -484,12 +494,123 @@ def other_cells(saved: dict, store: Path, models) -> dict:
     return {m: cell for m, cell in saved.get("cells", {}).items() if m not in models}
 
 
-def chosen_lrs(protocol: Protocol, out: Path, column: str, models, given: dict, stores: Path) -> dict:
+# ------------------------------------------------------------------------------ cells recorded elsewhere
+def shown_path(path: Path) -> str:
+    """``path`` relative to this checkout where it lies inside it, as the docs name the recorded files."""
+    try:
+        return str(Path(path).resolve().relative_to(CHECKOUT))
+    except ValueError:
+        return str(path)
+
+
+def read_recorded(path: Path) -> dict:
+    """A file of recorded cells; {} where there is none. Unlike this machine's results, which the pipeline
+    rewrites, an unreadable one is an error: it is committed data, and passing over it would retrain days of
+    cells."""
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text())
+        if not isinstance(saved, dict) or not isinstance(saved.get("cells"), dict):
+            raise ValueError("no cells")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a file of recorded cells ({e}); restore it from git") from None
+    return saved
+
+
+def recorded_cells(recorded: Path | None, scale: str, column: str) -> dict:
+    """The column's finished cells at ``scale`` recorded under ``recorded`` (None: none), each with ``recorded``,
+    the file that holds it; cells of older model code (superseded) left out."""
+    if recorded is None:
+        return {}
+    path = results_path(Path(recorded) / scale, column)
+    return {m: {**cell, "recorded": shown_path(path)} for m, cell in read_recorded(path).get("cells", {}).items()
+            if cell.get("status") == DONE and not superseded(cell)}
+
+
+def finished_here(cell: dict | None) -> bool:
+    """A cell of this machine's results that finished here (not one taken from the records)."""
+    return cell is not None and cell.get("status") == DONE and not superseded(cell) and "recorded" not in cell
+
+
+def known_cells(out: Path, column: str, recorded: dict) -> dict:
+    """The column's cells at ``out``'s scale as this machine has them, with a recorded finished cell in place
+    of any this machine has not finished."""
+    here = read_cells(results_path(out, column))
+    return {**here, **{m: cell for m, cell in recorded.items() if not finished_here(here.get(m))}}
+
+
+def comparable_command(zoo_train: str) -> list[str]:
+    """A cell's ``zoo train`` command without where its zoo and its run directory lie (the zoo's name kept)."""
+    argv = shlex.split(zoo_train)
+    out = argv.index("--out")
+    return [Path(argv[2]).name, *argv[3:out], *argv[out + 2:]]
+
+
+def recorded_store(cell: dict) -> Path:
+    """The zoo a recorded cell trained on, where it lay on its machine."""
+    return Path(shlex.split(cell["zoo_train"])[2])
+
+
+def standing_records(recorded: dict, protocol: Protocol, out: Path, models, lrs: dict, task: str,
+                     log=print) -> dict:
+    """The recorded cells that stand for cells of ``models`` here: each one's ``zoo train`` command is the
+    one the cell would run now (at the recorded lr where a full cell takes its lr from elsewhere), so the
+    protocol and zoo train's defaults are the same; a record that differs is said in a line and the cell
+    trains here."""
+    standing = {}
+    for model in (m for m in models if m in recorded):
+        cell = recorded[model]
+        lr = lrs.get(model, cell["lr"] if protocol.lr_from is not None else None)
+        have = comparable_command(cell["zoo_train"])
+        want = comparable_command(train_command(cell_options(protocol, recorded_store(cell), out, model, lr, task)))
+        if have == want:
+            standing[model] = cell
+        else:
+            log(f"{model}: the cell recorded in {cell['recorded']} ran `{shlex.join(have[1:])}` on {have[0]}, "
+                f"where this cell runs `{shlex.join(want[1:])}` on {want[0]}: training it here")
+    return standing
+
+
+def record_cells(out_root: Path, recorded: Path, log=print) -> int:
+    """``--record``: every cell finished under ``out_root`` (each scale and column) into ``recorded``, the files
+    to commit. A recorded cell stays (a finished cell is never replaced): where this machine's differs in its
+    command, lr or metrics, a line says so; one of older model code is replaced. Returns the cells added."""
+    added = 0
+    for here in sorted(Path(out_root).glob("*/results-*.json")):
+        scale, column = here.parent.name, here.stem.removeprefix("results-")
+        finished = {m: cell for m, cell in read_cells(here).items() if finished_here(cell)}
+        if column not in COLUMNS or scale not in COLUMNS[column].scales or not finished:
+            continue  # (e.g. a folder of runs moved aside)
+        path = results_path(Path(recorded) / scale, column)
+        saved = read_recorded(path) or {"scale": scale, "column": column, "cells": {}}
+        compared = ("lr", "zoo_train", *(m.key for m in COLUMNS[column].metrics))
+        new = 0
+        for model, cell in finished.items():
+            old = saved["cells"].get(model)
+            if old is not None and not superseded(old):
+                if any(old.get(k) != cell.get(k) for k in compared):
+                    log(f"{scale} {column} {model}: recorded already in {shown_path(path)} with other results; "
+                        f"kept that one (remove it there to record this machine's)")
+                continue
+            saved["cells"][model] = cell
+            new += 1
+            log(f"{scale} {column} {model}: recorded in {shown_path(path)}")
+        if new:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(saved, indent=2) + "\n")
+            added += new
+    return added
+
+
+def chosen_lrs(protocol: Protocol, out: Path, column: str, models, given: dict, stores: Path,
+               cells: dict | None = None) -> dict:
     """``{model: (lr, where it was chosen)}``: given on the command line, else (``lr_from``) the finished
-    cell of that scale; a model with neither is refused in one line that names the command to run."""
+    cell of that scale (``cells``: that scale's, default this machine's); a model with neither is refused
+    in one line that names the command to run."""
     if protocol.lr_from is None:
         return {m: (given[m], "--lr") if m in given else (None, "val") for m in models}
-    cells = read_cells(results_path(out.parent / protocol.lr_from, column))
+    cells = read_cells(results_path(out.parent / protocol.lr_from, column)) if cells is None else cells
     missing = [m for m in models if m not in given
                and (cells.get(m, {}).get("status") != DONE or superseded(cells[m]))]
     if missing:
@@ -552,6 +673,10 @@ def write_table(out: Path, scale_name: str, column: str, store: Path, cells: dic
     rows = [table_row(cells[m], spec.metrics) for m in models if m in cells]
     if any(cells.get(m, {}).get("status") == REFUSED for m in models):
         notes.append("not run: zoo train refused the cell, for the reason given (a rerun tries again)")
+    taken = [m for m in models if "recorded" in cells.get(m, {})]
+    if taken:
+        notes.append(f"finished on another machine ({', '.join(f'`{m}`' for m in taken)}): recorded in "
+                     f"{', '.join(sorted({cells[m]['recorded'] for m in taken}))}, with the commands that made them")
     return write_report(out / f"report-{column}.md", f"Weight-space models, {spec.title}, scale {scale_name}",
                         ["model", "parameters", "lr (chosen on)", "normalize", "batch",
                          *(m.header for m in spec.metrics),
@@ -567,7 +692,7 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
     if superseded(cell):
         return superseded_note(cell)
     if cell["status"] == DONE:
-        return metric.show(cell[metric.key])
+        return metric.show(cell[metric.key]) + (" (recorded)" if "recorded" in cell else "")
     if cell["status"] == REFUSED:
         return not_run(cell)
     # the checkpoints now (the results file says how far the cell was when the pipeline last wrote it)
@@ -582,11 +707,12 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
     return f"{cell['status']} {done}/{planned} epochs{within}{to_go}{best}"
 
 
-def write_summary(out_root: Path, scales: dict | None = None) -> Path:
+def write_summary(out_root: Path, scales: dict | None = None, recorded: Path | None = None) -> Path:
     """``OUT/summary.md``: one table of every column's cells at its table scale (``scales``: column: scale,
-    for the columns to show otherwise); rows are issue 32's models, then any other model a column has."""
+    for the columns to show otherwise); rows are issue 32's models, then any other model a column has; a
+    cell this machine has not finished shows the recorded one where there is one (``recorded``)."""
     scales = {c: spec.table_scale for c, spec in COLUMNS.items()} | dict(scales or {})
-    found = {c: read_cells(results_path(out_root / scale, c)) for c, scale in scales.items()}
+    found = {c: known_cells(out_root / scale, c, recorded_cells(recorded, scale, c)) for c, scale in scales.items()}
     models = list(dict.fromkeys([*MODELS, *(m for cells in found.values() for m in cells)]))
     shown = [(c, m) for c in scales for m in COLUMNS[c].metrics]
     header = ["model"] + [f"{COLUMNS[c].short}, {m.header} ({scales[c]})" for c, m in shown]
@@ -596,32 +722,47 @@ def write_summary(out_root: Path, scales: dict | None = None) -> Path:
     notes += ["each cell: one seed, the lr chosen on val (at ci; full takes ci's), the model's parameters and the "
               "command that made it in its column's report; `python -m pipelines.weight_models --help` says each "
               "column's protocol"]
+    elsewhere = sorted({cell["recorded"] for cells in found.values() for cell in cells.values() if "recorded" in cell})
+    if elsewhere:
+        notes.append(f"(recorded): finished on another machine; its numbers and commands in {', '.join(elsewhere)}")
     return write_report(out_root / "summary.md", "Weight-space models (issue 32): every column", header, rows, notes)
 
 
 def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print, column: str = "mnist",
-        stores: Path | None = None, lrs: dict | None = None, store: Path | None = None) -> Path:
+        stores: Path | None = None, lrs: dict | None = None, store: Path | None = None,
+        recorded: Path | None = None) -> Path:
     """Fill the column's table at the scale under ``out`` (``OUT/SCALE``), cell by cell; ``stores``: the
     folder whose ``SCALE/stores`` hold the zoos (default: ``out``'s parent, i.e. ``--out``); ``store``: an
-    existing zoo instead (checked to be the one the column's pipeline makes at the scale)."""
+    existing zoo instead (checked to be the one the column's pipeline makes at the scale); ``recorded``:
+    the cells finished elsewhere (:func:`record_cells`; the command line's default: :data:`RECORDED`)."""
     spec, out = COLUMNS[column], Path(out)
     protocol = column_protocol(column, scale_name)
     stores = Path(stores) if stores is not None else out.parent
     named, models, lrs = models is not None, column_models(column, models, log), dict(lrs or {})
-    source = read_cells(results_path(out.parent / protocol.lr_from, column)) if protocol.lr_from else {}
+    source = known_cells(out.parent / protocol.lr_from, column, recorded_cells(recorded, protocol.lr_from, column)) \
+        if protocol.lr_from else {}
     if not named:  # by default, no cell for a model whose lr search zoo train refused
         refused = [m for m in models if m not in lrs and source.get(m, {}).get("status") == REFUSED]
         for model in refused:
             log(f"{model}: no cell (zoo train refused its {protocol.lr_from} cell: {source[model]['refused']})")
         models = tuple(m for m in models if m not in refused)
-    chosen = chosen_lrs(protocol, out, column, models, lrs, stores)  # refused before any zoo is made
+    saved = read_results(results_path(out, column))
+    previous = saved.get("cells", {})
+    standing = standing_records(recorded_cells(recorded, scale_name, column), protocol, out,
+                                [m for m in models if not finished_here(previous.get(m))], lrs, spec.task, log)
+    # refused before any zoo is made
+    chosen = chosen_lrs(protocol, out, column, [m for m in models if m not in standing], lrs, stores, source) \
+        | {m: (cell["lr"], cell["lr_from"]) for m, cell in standing.items()}
     if protocol.lr_from is not None:
         models = tuple(cost_order(models, source))
     given = store
-    store = existing_store(given, column, protocol) if given is not None else \
-        spec.make_store(protocol.store, stores / protocol.store, workers, data_root, log)
-    saved = read_results(results_path(out, column))
-    previous, kept = saved.get("cells", {}), other_cells(saved, store, models)
+    if given is not None:
+        store = existing_store(given, column, protocol)
+    elif models and all(m in standing for m in models):  # nothing to train: no zoo made for it
+        store = Path(saved.get("store") or recorded_store(standing[models[0]]))
+    else:
+        store = spec.make_store(protocol.store, stores / protocol.store, workers, data_root, log)
+    kept = other_cells(saved, store, models)
     options = {m: cell_options(protocol, store, out, m, chosen[m][0], spec.task) for m in models}
     commands = {m: pipeline_command(scale_name, column, [m], out.parent, stores, {m: lrs[m]} if m in lrs else {},
                                     given) for m in models}
@@ -631,6 +772,12 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
                            source.get(model, {}).get("params"), running, column)
 
     cells = {m: record(m, previous.get(m, {}).get("wall_seconds")) for m in models}
+    for model, cell in standing.items():
+        if cells[model]["status"] != DONE:
+            if cells[model]["status"] != NOT_RUN:
+                log(f"{model}: {options[model].out} holds an unfinished run of a cell finished elsewhere "
+                    f"({cell['recorded']}): left as it is")
+            cells[model] = cell
 
     def table() -> Path:
         return write_table(out, scale_name, column, store, {**cells, **kept}, [*models, *kept])
@@ -639,7 +786,8 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     for model in models:
         opts = options[model]
         if cells[model]["status"] == DONE:
-            log(f"{model}: reusing the finished run in {opts.out}")
+            log(f"{model}: finished on another machine, recorded in {cells[model]['recorded']}: not retrained"
+                if "recorded" in cells[model] else f"{model}: reusing the finished run in {opts.out}")
             continue
         refuse_other_finished(opts, log)
         before = cells[model]["wall_seconds"] or 0.0
@@ -686,6 +834,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--summary", action="store_true",
                    help=f"write OUT/summary.md, every column's cells at the table's scale ({table_scales}); "
                         "trains nothing")
+    p.add_argument("--record", action="store_true",
+                   help="copy every cell finished under --out (each scale and column) into --recorded, the files to "
+                        "commit; trains nothing")
+    p.add_argument("--recorded", default=shown_path(RECORDED),
+                   help="cells finished on other machines, which a machine without their run directories takes "
+                        "instead of retraining them (default: %(default)s; none: ignore them)")
     p.add_argument("--data-root", default=None, help="data folder for a zoo not made yet (default: ../shared/data)")
     p.add_argument("--workers", type=int, default=2, help="zoo generate workers for a zoo not made yet (default: 2)")
     return p.parse_args(argv)
@@ -699,14 +853,23 @@ def column_of(args: argparse.Namespace) -> str:
 
 def main(argv=None):
     args = parse_args(argv)
+    recorded = None if args.recorded == "none" else RECORDED if args.recorded == shown_path(RECORDED) \
+        else Path(args.recorded)
     try:
+        if args.record:
+            if recorded is None:
+                raise ValueError("--record needs a --recorded folder to write to")
+            added = record_cells(Path(args.out), recorded)
+            print(f"{added} cell(s) recorded in {shown_path(recorded)}" + (": commit them" if added else ""))
+            return
         if args.summary:
-            print(write_summary(Path(args.out)).read_text())
+            print(write_summary(Path(args.out), recorded=recorded).read_text())
             return
         column = column_of(args)
         models, lrs = parse_models(args.models) if args.models else None, parse_lrs(args.lr)
         report = run(args.scale, Path(args.out) / args.scale, args.workers, models, args.data_root, column=column,
-                     stores=Path(args.stores or COLUMNS[column].stores), lrs=lrs, store=args.store)
+                     stores=Path(args.stores or COLUMNS[column].stores), lrs=lrs, store=args.store,
+                     recorded=recorded)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}") from None
     print(report.read_text())

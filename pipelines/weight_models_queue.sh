@@ -7,7 +7,9 @@
 # cells. Each stage is one `python -m pipelines.weight_models` command: a rerun reuses a finished cell
 # and resumes an unfinished one after its last completed epoch, so after an interruption, a reboot or
 # a new machine, the same command goes on where the work stands (on a new machine: from the start).
-# A stage that fails is said in the log, and the queue goes on with the next.
+# A stage that fails is said in the log, and the queue goes on with the next. After each stage, the
+# finished cells are recorded in docs/recorded/weight-models (`--record`; commit them): a new machine
+# takes a recorded cell instead of retraining it, and a full cell the lr of a recorded ci one.
 #
 # Order (docs/train.md, "Filling the table"): ScaleGMN's MNIST cells stood first (the >= 96.6% goal, met
 # with 97.60% in 13.7 h over sessions 12-17; since session 20 they stand with the other recorded cells,
@@ -41,6 +43,9 @@ stage() {  # stage NAME COLUMN SCALE MODELS [STORES]; MODELS "": every model the
         --stores "$stores" --out "$R/weight-models" > "$L/$name.log" 2>&1
     local status=$?
     echo "$(date -u +%FT%TZ) end $name (exit $status)"
+    # every finished cell into docs/recorded/weight-models (commit it): a new machine takes those cells
+    # instead of retraining them
+    python -m pipelines.weight_models --record --out "$R/weight-models" >> "$L/record.log" 2>&1
 }
 
 stage ci-mnist-ng-gnn mnist ci ng-gnn
@@ -63,7 +68,9 @@ stage full-fmnist-ng-gnn fmnist full ng-gnn
 stage full-mnist-graphs mnist full scalegmn-b,ng-transformer
 stage full-fmnist-graphs fmnist full scalegmn-b,ng-transformer
 # recorded with their commands (docs/train.md), run directories lost with a machine: dwsnet and the NFNs in
-# sessions 1-11 (lost with session 12's), ScaleGMN's MNIST cells in sessions 12-17 (97.60%, lost with session 20's)
+# sessions 1-11 (lost with session 12's), ScaleGMN's MNIST cells in sessions 12-17 (97.60%, lost with session 20's).
+# The full NFN and ScaleGMN cells stand in docs/recorded/weight-models (session 21), so these stages train
+# only DWSNet's full cell (its recorded 93.50% ran at lr 1e-3, not its ci cell's) and ScaleGMN's ci cell
 stage full-mnist-recorded mnist full dwsnet,nfn-hnp,nfn-np
 stage ci-mnist-scalegmn mnist ci scalegmn
 stage full-mnist-scalegmn mnist full scalegmn

@@ -22,6 +22,12 @@ QUIET = lambda *_: None  # noqa: E731
 MODELS = ["mlp", "dwsnet"]
 
 
+@pytest.fixture(autouse=True)
+def no_committed_records(tmp_path, monkeypatch):
+    """The command line's default --recorded: an empty folder, not this checkout's committed cells."""
+    monkeypatch.setattr(weight_models, "RECORDED", tmp_path / "no-records")
+
+
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     """inr_classification's smoke zoo, made once, under a folder that --stores would name."""
@@ -511,6 +517,101 @@ def test_a_cell_of_older_model_code_is_neither_shown_nor_used_for_its_lr(stores,
     with pytest.raises(ValueError, match=r"no learning rate chosen at smoke scale for dwsnet \(its cell there is "
                                          r"of model version 1, now 2\): run .*--models dwsnet"):
         weight_models.run("smoke-full", tmp_path / "smoke-full", 1, MODELS, log=QUIET, stores=stores)
+
+
+def test_a_cell_finished_on_another_machine_is_taken_from_the_records_not_retrained(stores, tmp_path, monkeypatch):
+    """--record copies finished cells into files to commit; a machine without their run directories takes
+    them (no zoo made where nothing is left to train), a full scale takes its lr from them, and a record
+    whose command differs from the cell's now does not stand for it."""
+    monkeypatch.setitem(weight_models.SCALES, "smoke", one_epoch())
+    first, records = tmp_path / "first", tmp_path / "records"
+    weight_models.run("smoke", first / "smoke", 1, MODELS, log=QUIET, stores=stores)
+    finished = cells(first / "smoke")
+    weight_models.main(["--record", "--out", str(first), "--recorded", str(records)])
+    recorded_file = records / "smoke" / "results-mnist.json"
+    assert json.loads(recorded_file.read_text())["cells"] == finished
+    lines = []
+    assert weight_models.record_cells(first, records, log=lines.append) == 0 and lines == []  # nothing new
+
+    # a new machine: no run directories, no zoo
+    monkeypatch.setattr(weight_models, "train_run", lambda *a, **k: pytest.fail("a recorded cell was retrained"))
+    second, no_zoos, lines = tmp_path / "second", tmp_path / "no-zoos", []
+    text = weight_models.run("smoke", second / "smoke", 1, MODELS, log=lines.append, stores=no_zoos,
+                             recorded=records).read_text()
+    assert not no_zoos.exists()
+    taken = cells(second / "smoke")
+    assert taken == {m: {**finished[m], "recorded": str(recorded_file)} for m in MODELS}
+    assert sum(f"finished on another machine, recorded in {recorded_file}: not retrained" in line
+               for line in lines) == 2
+    assert f"finished on another machine (`mlp`, `dwsnet`): recorded in {recorded_file}" in text
+    summary = weight_models.write_summary(tmp_path / "third", {c: "smoke" for c in weight_models.COLUMNS},
+                                          recorded=records).read_text()
+    assert f"| `dwsnet` | {100 * finished['dwsnet']['test_accuracy']:.2f} (recorded) | not run |" in summary
+    assert f"(recorded): finished on another machine; its numbers and commands in {recorded_file}" in summary
+    # this machine's own results are not recorded again (nothing finished here)
+    assert weight_models.record_cells(second, records) == 0
+
+    # a full scale takes each lr from the recorded search (undo: train again, at smoke's own 2 epochs)
+    monkeypatch.undo()
+    monkeypatch.setattr(weight_models, "RECORDED", tmp_path / "no-records")
+    monkeypatch.setitem(weight_models.SCALES, "smoke-full", Protocol(
+        "smoke", dict(epochs=1, seeds=1, batch_size=8, hidden_channels=4), lr_from="smoke", progress=False))
+    weight_models.run("smoke-full", second / "smoke-full", 1, MODELS, log=QUIET, stores=stores, recorded=records)
+    full = cells(second / "smoke-full")
+    assert {m: (full[m]["lr"], full[m]["lr_from"], full[m]["status"]) for m in MODELS} == \
+        {m: (finished[m]["lr"], "val at smoke", "done") for m in MODELS}
+
+    # the protocol changed since (2 epochs, not 1): the record does not stand, the cell trains here
+    lines = []
+    weight_models.run("smoke", tmp_path / "third" / "smoke", 1, ["mlp"], log=lines.append, stores=stores,
+                      recorded=records)
+    (said,) = [line for line in lines if "training it here" in line]
+    assert said.startswith(f"mlp: the cell recorded in {recorded_file} ran `--model mlp --task classify --epochs 1 ")
+    assert "where this cell runs `--model mlp --task classify --epochs 2 " in said and "on smoke-mnist-inr" in said
+    mine = cells(tmp_path / "third" / "smoke")["mlp"]
+    assert mine["status"] == "done" and "recorded" not in mine and mine["epochs_planned"] == 2 * len(PAPER_LRS)
+    # a finished cell is never replaced in the records: this machine's other one is said, not written
+    before = recorded_file.read_text()
+    lines = []
+    assert weight_models.record_cells(tmp_path / "third", records, log=lines.append) == 0
+    assert lines == [f"smoke mnist mlp: recorded already in {recorded_file} with other results; kept that one "
+                     "(remove it there to record this machine's)"]
+    assert recorded_file.read_text() == before
+    # a record of older model code stands for nothing, and is replaced by a new one
+    old = json.loads(before)
+    old["cells"]["mlp"]["model_version"] = 0
+    recorded_file.write_text(json.dumps(old))
+    assert list(weight_models.recorded_cells(records, "smoke", "mnist")) == ["dwsnet"]
+    assert weight_models.record_cells(tmp_path / "third", records, log=QUIET) == 1
+    assert json.loads(recorded_file.read_text())["cells"]["mlp"] == mine
+
+    # a damaged record is an error, in one line, not a reason to retrain
+    recorded_file.write_text(before[: len(before) // 2])
+    with pytest.raises(SystemExit) as refused:
+        weight_models.main(["--scale", "smoke", "--models", "mlp", "--out", str(tmp_path / "fourth"),
+                            "--stores", str(stores), "--recorded", str(records)])
+    message = str(refused.value.code)
+    assert message.startswith(f"error: {recorded_file}: not a file of recorded cells (") and "\n" not in message
+    assert message.endswith("restore it from git")
+
+
+def test_the_committed_records_stand_for_the_cells_the_pipeline_trains_now():
+    """docs/recorded/weight-models: every recorded cell is of the model's code now, and its zoo train command
+    is the one its cell runs now (at the recorded lr), so a new machine takes it instead of retraining."""
+    recorded = weight_models.CHECKOUT / "docs" / "recorded" / "weight-models"
+    files = sorted(recorded.glob("*/results-*.json"))
+    assert files, "no committed records"
+    for path in files:
+        scale, column = path.parent.name, path.stem.removeprefix("results-")
+        found = weight_models.recorded_cells(recorded, scale, column)
+        saved = json.loads(path.read_text())["cells"]
+        assert list(found) == list(saved), f"{path}: a cell of older model code, or not finished"
+        protocol = weight_models.column_protocol(column, scale)
+        standing = weight_models.standing_records(found, protocol, Path("/elsewhere") / scale, list(found), {},
+                                                  weight_models.COLUMNS[column].task, log=pytest.fail)
+        assert list(standing) == list(found)
+        for cell in found.values():
+            assert all(cell.get(m.key) is not None for m in weight_models.COLUMNS[column].metrics)
 
 
 def test_every_stage_of_the_queue_names_a_cell_the_pipeline_trains():
