@@ -44,7 +44,8 @@ on. ``--normalize`` is left to ``zoo train``'s per-model default (orbit for the 
 symmetry, else entry; none for adapt). Written: ``OUT/SCALE/results-COLUMN.json`` (each cell: status,
 lr and where it was chosen, metrics, parameters, epochs, wall time, its commands) and
 ``report-COLUMN.md``, rewritten before and after every cell; ``--summary``: ``OUT/summary.md``, every
-column at its table's scale (INR columns and generalization: full; sine and adapt: ci).
+column at its table's scale (INR columns and generalization: full; sine and adapt: ci), with the
+published numbers issue 32 names beside ours (``PUBLISHED``).
 
 Cells finished on other machines stand here too: ``--record`` copies every finished cell under
 ``OUT`` into ``--recorded`` (default ``docs/recorded/weight-models``, committed with the code), and a
@@ -234,6 +235,18 @@ COLUMNS = {
          Metric("test_accuracy_before", "before adaptation %", "accuracy_before", 100)),
         "results/domain-adaptation", "ci", ADAPT_MODELS),
 }
+# the published numbers issue 32 names, each on its own paper's networks, shown beside ours in the summary:
+# (column, metric key): {model: value as the summary shows ours}. The MLPs' are the DWSNet paper's; the
+# generalization column's Kendall tau is on the Small CNN Zoo's CIFAR10-GS, not our Fashion-MNIST classifiers
+PUBLISHED = {
+    ("mnist", "test_accuracy"): {"mlp": "17.55", "mlp-align": "58.98", "dwsnet": "85.71", "nfn-hnp": "79.11",
+                                 "nfn-np": "78.50", "ng-gnn": "91.40", "scalegmn": "96.57", "scalegmn-b": "96.59"},
+    ("fmnist", "test_accuracy"): {"mlp": "19.91", "mlp-align": "47.79", "dwsnet": "67.06", "nfn-hnp": "68.94",
+                                  "nfn-np": "68.19", "ng-gnn": "68.00", "scalegmn": "80.46", "scalegmn-b": "80.78"},
+    ("generalization", "test_kendall_tau"): {"nfn-hnp": "0.934", "nfn-np": "0.922", "ng-gnn": "0.930",
+                                             "ng-transformer": "0.935"},
+}
+PUBLISHED_WHERE = {"generalization": "Small CNN Zoo CIFAR10-GS"}
 INR_COLUMNS = tuple(DATASETS)  # named by --dataset too, as before the other columns
 
 
@@ -715,8 +728,16 @@ def write_summary(out_root: Path, scales: dict | None = None, recorded: Path | N
     found = {c: known_cells(out_root / scale, c, recorded_cells(recorded, scale, c)) for c, scale in scales.items()}
     models = list(dict.fromkeys([*MODELS, *(m for cells in found.values() for m in cells)]))
     shown = [(c, m) for c in scales for m in COLUMNS[c].metrics]
-    header = ["model"] + [f"{COLUMNS[c].short}, {m.header} ({scales[c]})" for c, m in shown]
-    rows = [[f"`{model}`"] + [summary_cell(c, found[c].get(model), model, m) for c, m in shown] for model in models]
+    header, rows = ["model"], [[f"`{model}`"] for model in models]
+    for c, m in shown:  # each metric, then the published one beside it where the issue names one
+        header.append(f"{COLUMNS[c].short}, {m.header} ({scales[c]})")
+        for row, model in zip(rows, models):
+            row.append(summary_cell(c, found[c].get(model), model, m))
+        published = PUBLISHED.get((c, m.key))
+        if published is not None:
+            header.append(f"{COLUMNS[c].short}, {m.header}, published ({PUBLISHED_WHERE.get(c, 'its paper')})")
+            for row, model in zip(rows, models):
+                row.append(published.get(model, "—"))
     notes = [f"{COLUMNS[c].title}: {results_path(out_root / scale, c).with_name(f'report-{c}.md')}"
              + ("" if found[c] else " (not run yet)") for c, scale in scales.items()]
     notes += ["each cell: one seed, the lr chosen on val (at ci; full takes ci's), the model's parameters and the "

@@ -377,11 +377,19 @@ def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path
     assert list(rows) == list(weight_models.MODELS)  # issue 32's rows, in order
     header = next(line for line in text.splitlines() if line.startswith("| model"))
     names = header.strip("| ").split(" | ")[1:]
-    assert names == ["MNIST INRs, test acc. % (smoke)", "Fashion-MNIST INRs, test acc. % (smoke)",
+    assert names == ["MNIST INRs, test acc. % (smoke)", "MNIST INRs, test acc. %, published (its paper)",
+                     "Fashion-MNIST INRs, test acc. % (smoke)", "Fashion-MNIST INRs, test acc. %, published (its paper)",
                      "sine, test MSE (smoke)", "generalization, 100 × test MSE (smoke)",
-                     "generalization, Kendall τ (smoke)", "adaptation, test acc. % (adapted) (smoke)",
-                     "adaptation, before adaptation % (smoke)"]
+                     "generalization, Kendall τ (smoke)",
+                     "generalization, Kendall τ, published (Small CNN Zoo CIFAR10-GS)",
+                     "adaptation, test acc. % (adapted) (smoke)", "adaptation, before adaptation % (smoke)"]
     cell = dict(zip(names, rows["dwsnet"]))
+    # the issue's published numbers beside ours, "—" where a paper gives none
+    assert (cell["MNIST INRs, test acc. %, published (its paper)"],
+            cell["Fashion-MNIST INRs, test acc. %, published (its paper)"]) == ("85.71", "67.06")
+    assert cell["generalization, Kendall τ, published (Small CNN Zoo CIFAR10-GS)"] == "—"
+    assert dict(zip(names, rows["ng-transformer"]))[
+        "generalization, Kendall τ, published (Small CNN Zoo CIFAR10-GS)"] == "0.935"
     # how far each is, and the time left at the pace of its recent epochs (one epoch done, one to go)
     progress = weight_models.checkpoint_progress(Path(mnist["cells"]["dwsnet"]["run_dir"]), "classify")
     assert 0 < progress.recent_epoch_seconds <= progress.seconds
@@ -409,7 +417,8 @@ def test_the_summary_gathers_every_column_at_its_scale(columns, stores, tmp_path
     weight_models.main(["--summary", "--out", str(tmp_path / "empty")])
     text = (tmp_path / "empty" / "summary.md").read_text()
     assert "MNIST INRs, test acc. % (full)" in text and "sine, test MSE (ci)" in text
-    assert "| `scalegmn-b` | not run | not run | not run | not run | not run | — (invariant model) |" in text
+    assert "| `scalegmn-b` | not run | 96.59 | not run | 80.78 | not run | not run | not run | — | — (invariant " \
+           "model) |" in text
 
 
 def test_the_best_epoch_so_far_is_found_over_every_training_in_the_tasks_direction(tmp_path):
@@ -546,7 +555,7 @@ def test_a_cell_finished_on_another_machine_is_taken_from_the_records_not_retrai
     assert f"finished on another machine (`mlp`, `dwsnet`): recorded in {recorded_file}" in text
     summary = weight_models.write_summary(tmp_path / "third", {c: "smoke" for c in weight_models.COLUMNS},
                                           recorded=records).read_text()
-    assert f"| `dwsnet` | {100 * finished['dwsnet']['test_accuracy']:.2f} (recorded) | not run |" in summary
+    assert f"| `dwsnet` | {100 * finished['dwsnet']['test_accuracy']:.2f} (recorded) | 85.71 | not run |" in summary
     assert f"(recorded): finished on another machine; its numbers and commands in {recorded_file}" in summary
     # this machine's own results are not recorded again (nothing finished here)
     assert weight_models.record_cells(second, records) == 0
