@@ -69,8 +69,8 @@ stage full-mnist-graphs mnist full scalegmn-b,ng-transformer
 stage full-fmnist-graphs fmnist full scalegmn-b,ng-transformer
 # recorded with their commands (docs/train.md), run directories lost with a machine: dwsnet and the NFNs in
 # sessions 1-11 (lost with session 12's), ScaleGMN's MNIST cells in sessions 12-17 (97.60%, lost with session 20's).
-# The full NFN and ScaleGMN cells stand in docs/recorded/weight-models (session 21), so these stages train
-# only DWSNet's full cell (its recorded 93.50% ran at lr 1e-3, not its ci cell's) and ScaleGMN's ci cell
+# The NFNs' full cells and ScaleGMN's ci and full ones stand in docs/recorded/weight-models (session 21), so
+# these stages train only DWSNet's full cell (its recorded 93.50% ran at lr 1e-3, not at its ci cell's lr)
 stage full-mnist-recorded mnist full dwsnet,nfn-hnp,nfn-np
 stage ci-mnist-scalegmn mnist ci scalegmn
 stage full-mnist-scalegmn mnist full scalegmn
