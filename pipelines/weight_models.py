@@ -40,7 +40,8 @@ at ``ci`` (``full`` takes it from there), one seed; ``smoke``: ci's protocol on 
 Every cell is a ``zoo train`` run directory under ``OUT/SCALE/runs``: a rerun reuses a finished
 one (never retrains it) and resumes an unfinished one from its last epoch; a cell zoo train refuses
 (a model it cannot size for the zoo, a budget too small) reads ``not run: REASON`` and the others go
-on. ``--normalize`` is left to ``zoo train``'s per-model default (orbit for the models that claim a
+on; so does a cell whose fixed lr diverges (``diverged at lr LR (...)``: not trained again, until
+``--lr MODEL=LR`` gives another, which moves the diverged run aside to ``RUN.diverged-lrLR``). ``--normalize`` is left to ``zoo train``'s per-model default (orbit for the models that claim a
 symmetry, else entry; none for adapt). Written: ``OUT/SCALE/results-COLUMN.json`` (each cell: status,
 lr and where it was chosen, metrics, parameters, epochs, wall time, its commands) and
 ``report-COLUMN.md``, rewritten before and after every cell; ``--summary``: ``OUT/summary.md``, every
@@ -68,7 +69,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, Checkpoint
+from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, SETTINGS, Checkpoint
 from dws.tasks.objectives import TASKS
 from dws.tasks.options import (ADAPT_MODELS, DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, NG_MODELS,
                                SCALEGMN_MODELS, TrainOptions, model_defaults, model_version, recorded_version,
@@ -124,11 +125,19 @@ RECORDED = CHECKOUT / "docs" / "recorded" / "weight-models"
 # a cell zoo train refused to train (e.g. a model it cannot size for the zoo, or a --max-memory too small):
 # its reason (the cell's "refused") shown as "not run: REASON" in the tables; a rerun tries again
 REFUSED = "refused"
+# a cell whose fixed lr (a full cell's, from ci or --lr) diverged: zoo train keeps it so (a rerun does not train
+# it again), the tables say where, and the others go on; --lr MODEL=LR with another lr trains it anew
+DIVERGED = "diverged"
 
 
 def not_run(cell: dict) -> str:
     """What the tables show of a cell zoo train refused: ``not run: REASON``."""
     return f"{NOT_RUN}: {cell['refused']}"
+
+
+def diverged(cell: dict) -> str:
+    """What the tables show of a cell whose lr diverged, and how to train it anyway."""
+    return f"{DIVERGED} at lr {cell['lr']:g} ({cell['diverged']}: --lr {cell['model']}=LR)"
 
 
 def task_protocol(scale: Scale, lr_from: str | None = None, batch_sizes: dict | None = None, **train) -> Protocol:
@@ -434,6 +443,29 @@ def refuse_other_finished(opts: TrainOptions, log=print) -> None:
                      f"move it away to train this one, or use another --out")
 
 
+def move_aside_diverged(opts: TrainOptions, log=print) -> None:
+    """A cell trained at another lr than the one that diverged in its run directory (``--lr MODEL=LR`` after
+    a divergence): zoo train would refuse the directory (an unfinished run of other settings), so the
+    diverged run is moved aside to ``RUN.diverged-lrLR``, kept, said in one line, and the cell trains anew."""
+    run_dir = Path(opts.out)
+    settings = run_dir / CHECKPOINTS / SETTINGS
+    if opts.lr is None or not settings.is_file():
+        return
+    trained_lr = json.loads(settings.read_text()).get("--lr")
+    if trained_lr is None or trained_lr == opts.lr:
+        return
+    outcomes = [Checkpoint(path, path.stem).read() for path in (run_dir / CHECKPOINTS).glob("*.pt")]
+    if not any(saved["status"] == FINISHED and "diverged" in saved["outcome"] for saved in outcomes):
+        return
+    aside = run_dir.with_name(f"{run_dir.name}.diverged-lr{trained_lr:g}")
+    if aside.exists():
+        raise ValueError(f"{run_dir} holds a run that diverged at lr {trained_lr:g}, and {aside} exists: move one "
+                         f"of them away")
+    run_dir.rename(aside)
+    log(f"{opts.model}: the run in {run_dir} diverged at lr {trained_lr:g}: moved to {aside}; training the cell "
+        f"anew at lr {opts.lr:g}")
+
+
 def trained_seconds(metrics: dict) -> float:
     """A finished run's training time by zoo train's own clock, which its checkpoints carry across
     interrupted sessions: every training (lr search included), or its seed runs' for runs written
@@ -656,7 +688,8 @@ def fmt_seconds(seconds: float | None) -> str:
 def table_row(cell: dict, metrics=(ACCURACY,)) -> list[str]:
     lr = "—" if cell.get("lr") is None else f"{cell['lr']:g}"
     where = {"val": "val, this scale", "--lr": "--lr"}.get(cell["lr_from"], cell["lr_from"])
-    status = not_run(cell) if cell["status"] == REFUSED else cell["status"]
+    status = not_run(cell) if cell["status"] == REFUSED else diverged(cell) if cell["status"] == DIVERGED \
+        else cell["status"]
     shown = [m.show(cell[m.key]) if cell["status"] == DONE else status if i == 0 else "—"
              for i, m in enumerate(metrics)]
     params = f"{cell['params']:,}" if cell.get("params") else "—"
@@ -708,6 +741,8 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
         return metric.show(cell[metric.key]) + (" (recorded)" if "recorded" in cell else "")
     if cell["status"] == REFUSED:
         return not_run(cell)
+    if cell["status"] == DIVERGED:
+        return diverged(cell)
     # the checkpoints now (the results file says how far the cell was when the pipeline last wrote it)
     now = checkpoint_progress(Path(cell["run_dir"]), COLUMNS[column].task) if cell.get("run_dir") else Progress(0, 0.0)
     done, planned = max(now.epochs, cell["epochs_done"]), cell["epochs_planned"]
@@ -811,19 +846,25 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
                 if "recorded" in cells[model] else f"{model}: reusing the finished run in {opts.out}")
             continue
         refuse_other_finished(opts, log)
+        move_aside_diverged(opts, log)
         before = cells[model]["wall_seconds"] or 0.0
         cells[model] = record(model, before, running=True)
         table()
-        start, refusal = time.perf_counter(), None
+        start, refusal, divergence = time.perf_counter(), None, None
         try:
             train_run(opts, log=log)
         except ValueError as e:  # this cell cannot train as the protocol asks; the others still can
             refusal = str(e).splitlines()[0]
             log(f"{model}: {NOT_RUN}: {refusal}")
+        except FloatingPointError as e:  # its given lr diverged (zoo train's Diverged); the others still train
+            divergence = str(e).splitlines()[0]
+            log(f"{model}: {DIVERGED} at lr {opts.lr:g}: {divergence}")
         finally:  # an interrupted cell keeps its epochs (zoo train's checkpoints) and its time so far
             cells[model] = record(model, before + time.perf_counter() - start)
             if refusal is not None:
                 cells[model] |= {"status": REFUSED, "refused": refusal}
+            if divergence is not None:
+                cells[model] |= {"status": DIVERGED, "diverged": divergence}
             table()
     return table()
 

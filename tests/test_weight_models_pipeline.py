@@ -165,6 +165,37 @@ def test_an_interrupted_cell_is_tabulated_unfinished_and_resumes(stores, tmp_pat
     assert [h["epoch"] for h in metrics["history"][0]] == [0, 1]
 
 
+def test_a_cell_whose_lr_diverges_says_so_and_trains_anew_at_another(stores, tmp_path):
+    """A cell's fixed lr (a full cell's, from ci or --lr) whose training diverges: the tables say where and
+    how to go on, the other cells still train, a rerun does not train it again, and --lr with another lr
+    moves the diverged run aside (kept) and trains the cell anew."""
+    out, lines = tmp_path / "smoke", []
+    weight_models.run("smoke", out, 1, MODELS, log=lines.append, stores=stores, lrs={"mlp": 1e12, "dwsnet": 1e-3})
+    found = cells(out)
+    assert found["dwsnet"]["status"] == "done"
+    mlp = found["mlp"]
+    assert (mlp["status"], mlp["epochs_done"]) == ("diverged", 0)
+    assert mlp["diverged"].startswith("epoch 1: training loss is ")
+    assert any(line.startswith("mlp: diverged at lr 1e+12: epoch 1: training loss is ") for line in lines)
+    shown = weight_models.summary_cell("mnist", mlp, "mlp", weight_models.ACCURACY)
+    assert shown == f"diverged at lr 1e+12 ({mlp['diverged']}: --lr mlp=LR)"
+    assert f"| {shown} | 0 / 2 |" in (out / "report-mnist.md").read_text()
+
+    run_dir = Path(mlp["run_dir"])
+    saved = file_times(run_dir / "checkpoints")
+    weight_models.run("smoke", out, 1, ["mlp"], log=QUIET, stores=stores, lrs={"mlp": 1e12})
+    assert cells(out)["mlp"]["status"] == "diverged" and file_times(run_dir / "checkpoints") == saved
+
+    lines = []
+    weight_models.run("smoke", out, 1, ["mlp"], log=lines.append, stores=stores, lrs={"mlp": 1e-3})
+    aside = run_dir.with_name(f"{run_dir.name}.diverged-lr1e+12")
+    assert f"mlp: the run in {run_dir} diverged at lr 1e+12: moved to {aside}; training the cell anew at lr 0.001" \
+        in lines
+    assert file_times(aside / "checkpoints") == {aside / p.relative_to(run_dir): t for p, t in saved.items()}
+    anew = cells(out)["mlp"]
+    assert (anew["status"], anew["lr"], anew["epochs_done"]) == ("done", 1e-3, 2)
+
+
 def test_a_cell_saved_within_its_first_epoch_is_unfinished_not_run(stores, tmp_path, monkeypatch):
     """zoo train saves within an epoch (--checkpoint-minutes; here after every step): a cell interrupted in
     its first epoch has work to resume, which the table says, with the share of the epoch done."""
