@@ -41,7 +41,8 @@ Every cell is a ``zoo train`` run directory under ``OUT/SCALE/runs``: a rerun re
 one (never retrains it) and resumes an unfinished one from its last epoch; a cell zoo train refuses
 (a model it cannot size for the zoo, a budget too small) reads ``not run: REASON`` and the others go
 on; so does a cell whose fixed lr diverges (``diverged at lr LR (...)``: not trained again, until
-``--lr MODEL=LR`` gives another, which moves the diverged run aside to ``RUN.diverged-lrLR``). ``--normalize`` is left to ``zoo train``'s per-model default (orbit for the models that claim a
+``--lr MODEL=LR`` gives another, which moves the diverged run aside to ``RUN.diverged-lrLR``).
+``--normalize`` is left to ``zoo train``'s per-model default (orbit for the models that claim a
 symmetry, else entry; none for adapt). Written: ``OUT/SCALE/results-COLUMN.json`` (each cell: status,
 lr and where it was chosen, metrics, parameters, epochs, wall time, its commands) and
 ``report-COLUMN.md``, rewritten before and after every cell; ``--summary``: ``OUT/summary.md``, every
