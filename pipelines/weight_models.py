@@ -70,7 +70,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, SETTINGS, Checkpoint
+from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, Checkpoint, RunCheckpoints
 from dws.tasks.objectives import TASKS
 from dws.tasks.options import (ADAPT_MODELS, DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, NG_MODELS,
                                SCALEGMN_MODELS, TrainOptions, model_defaults, model_version, recorded_version,
@@ -139,6 +139,15 @@ def not_run(cell: dict) -> str:
 def diverged(cell: dict) -> str:
     """What the tables show of a cell whose lr diverged, and how to train it anyway."""
     return f"{DIVERGED} at lr {cell['lr']:g} ({cell['diverged']}: --lr {cell['model']}=LR)"
+
+
+def shown_status(cell: dict) -> str:
+    """A cell's status as the tables show it: with the reason where zoo train refused it or its lr diverged."""
+    if cell["status"] == REFUSED:
+        return not_run(cell)
+    if cell["status"] == DIVERGED:
+        return diverged(cell)
+    return cell["status"]
 
 
 def task_protocol(scale: Scale, lr_from: str | None = None, batch_sizes: dict | None = None, **train) -> Protocol:
@@ -418,6 +427,16 @@ def checkpoint_progress(run_dir: Path, task: str) -> Progress:
     return Progress(epochs, seconds, *best, recent, partial)
 
 
+def move_aside(run_dir: Path, suffix: str, held: str) -> Path:
+    """Move a run directory that holds another cell's run (``held`` says what) to ``RUN.SUFFIX``, kept; a
+    folder already there is refused, so nothing is overwritten. Returns where it went."""
+    aside = run_dir.with_name(f"{run_dir.name}.{suffix}")
+    if aside.exists():
+        raise ValueError(f"{run_dir} holds {held}, and {aside} exists: move one of them away")
+    run_dir.rename(aside)
+    return aside
+
+
 def refuse_other_finished(opts: TrainOptions, log=print) -> None:
     """zoo train would train a run directory over a finished run of other settings; the table never does.
     A finished run of the model's older code (dws.tasks.options.MODEL_VERSIONS) is another cell: it is
@@ -428,11 +447,7 @@ def refuse_other_finished(opts: TrainOptions, log=print) -> None:
     config = json.loads(config_file.read_text())
     trained = recorded_version(config)
     if trained != model_version(opts.model):
-        aside = Path(opts.out).with_name(f"{Path(opts.out).name}.model-v{trained}")
-        if aside.exists():
-            raise ValueError(f"{opts.out} holds a finished run of {opts.model} version {trained}, and {aside} "
-                             f"exists: move one of them away")
-        Path(opts.out).rename(aside)
+        aside = move_aside(Path(opts.out), f"model-v{trained}", f"a finished run of {opts.model} version {trained}")
         log(f"{opts.model}: the finished run in {opts.out} is of model version {trained} (now "
             f"{model_version(opts.model)}): moved to {aside}; training the cell anew")
         return
@@ -449,20 +464,15 @@ def move_aside_diverged(opts: TrainOptions, log=print) -> None:
     a divergence): zoo train would refuse the directory (an unfinished run of other settings), so the
     diverged run is moved aside to ``RUN.diverged-lrLR``, kept, said in one line, and the cell trains anew."""
     run_dir = Path(opts.out)
-    settings = run_dir / CHECKPOINTS / SETTINGS
-    if opts.lr is None or not settings.is_file():
-        return
-    trained_lr = json.loads(settings.read_text()).get("--lr")
+    # the unfinished run's settings (None: nothing saved; an unreadable file is zoo train's clear error)
+    saved = RunCheckpoints(run_dir, {}).saved_settings() if opts.lr is not None else None
+    trained_lr = (saved or {}).get("--lr")
     if trained_lr is None or trained_lr == opts.lr:
         return
     outcomes = [Checkpoint(path, path.stem).read() for path in (run_dir / CHECKPOINTS).glob("*.pt")]
-    if not any(saved["status"] == FINISHED and "diverged" in saved["outcome"] for saved in outcomes):
+    if not any(done["status"] == FINISHED and "diverged" in done["outcome"] for done in outcomes):
         return
-    aside = run_dir.with_name(f"{run_dir.name}.diverged-lr{trained_lr:g}")
-    if aside.exists():
-        raise ValueError(f"{run_dir} holds a run that diverged at lr {trained_lr:g}, and {aside} exists: move one "
-                         f"of them away")
-    run_dir.rename(aside)
+    aside = move_aside(run_dir, f"diverged-lr{trained_lr:g}", f"a run that diverged at lr {trained_lr:g}")
     log(f"{opts.model}: the run in {run_dir} diverged at lr {trained_lr:g}: moved to {aside}; training the cell "
         f"anew at lr {opts.lr:g}")
 
@@ -689,8 +699,7 @@ def fmt_seconds(seconds: float | None) -> str:
 def table_row(cell: dict, metrics=(ACCURACY,)) -> list[str]:
     lr = "—" if cell.get("lr") is None else f"{cell['lr']:g}"
     where = {"val": "val, this scale", "--lr": "--lr"}.get(cell["lr_from"], cell["lr_from"])
-    status = not_run(cell) if cell["status"] == REFUSED else diverged(cell) if cell["status"] == DIVERGED \
-        else cell["status"]
+    status = shown_status(cell)
     shown = [m.show(cell[m.key]) if cell["status"] == DONE else status if i == 0 else "—"
              for i, m in enumerate(metrics)]
     params = f"{cell['params']:,}" if cell.get("params") else "—"
@@ -740,10 +749,8 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
         return superseded_note(cell)
     if cell["status"] == DONE:
         return metric.show(cell[metric.key]) + (" (recorded)" if "recorded" in cell else "")
-    if cell["status"] == REFUSED:
-        return not_run(cell)
-    if cell["status"] == DIVERGED:
-        return diverged(cell)
+    if cell["status"] in (REFUSED, DIVERGED):
+        return shown_status(cell)
     # the checkpoints now (the results file says how far the cell was when the pipeline last wrote it)
     now = checkpoint_progress(Path(cell["run_dir"]), COLUMNS[column].task) if cell.get("run_dir") else Progress(0, 0.0)
     done, planned = max(now.epochs, cell["epochs_done"]), cell["epochs_planned"]
