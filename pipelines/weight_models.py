@@ -53,7 +53,9 @@ Cells finished on other machines stand here too: ``--record`` copies every finis
 ``OUT`` into ``--recorded`` (default ``docs/recorded/weight-models``, committed with the code), and a
 machine without a cell's run directory takes the recorded one (its metrics, and the lr a full cell
 needs) instead of retraining it, where its ``zoo train`` command is the one the cell would run now
-(the zoo's location aside); ``--recorded none`` ignores them.
+(the zoo's location aside); ``--recorded none`` ignores them. Unfinished cells travel too: ``--record``
+carries each one's checkpoints, where they are small enough, and a machine without a run of the cell
+resumes the carried one where it continues the same training on the same networks (``pipelines.carried``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ import argparse
 import json
 import math
 import shlex
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -83,6 +86,7 @@ from zoo.options import require_positive
 from zoo.store import WeightStore
 
 from . import domain_adaptation, generalization, inr_classification, sine_regression
+from .carried import carried_folder, carry, checkpoint_files, mismatch, put_back, read_about, store_identity
 from .common import Scale, write_report
 from .inr_classification import DATASETS, FMNIST, inr_store
 
@@ -659,6 +663,68 @@ def record_cells(out_root: Path, recorded: Path, log=print) -> int:
     return added
 
 
+def carry_cells(out_root: Path, recorded: Path, log=print) -> int:
+    """``--record``'s other half: every unfinished cell under ``out_root`` whose checkpoints are small enough
+    (:mod:`pipelines.carried`) into ``recorded/SCALE/carried``, to commit, so that a new machine resumes it
+    where this one stands; a cell finished since has its carried run removed (its record stands for it). A
+    carried run further on than this machine's (one this machine could not take: another zoo) is kept, said
+    in a line. Returns the cells carried."""
+    carried = 0
+    for here in sorted(Path(out_root).glob("*/results-*.json")):
+        scale, column = here.parent.name, here.stem.removeprefix("results-")
+        if column not in COLUMNS or scale not in COLUMNS[column].scales:
+            continue
+        for model, cell in read_cells(here).items():
+            folder = carried_folder(recorded, scale, column, model)
+            if finished_here(cell) or "recorded" in cell:
+                if folder.exists():
+                    shutil.rmtree(folder)
+                    log(f"{scale} {column} {model}: finished; its carried run removed from {shown_path(folder)}")
+                continue
+            if cell.get("status") not in (RUNNING, UNFINISHED) or not checkpoint_files(Path(cell["run_dir"])):
+                continue
+            progress = checkpoint_progress(Path(cell["run_dir"]), COLUMNS[column].task)
+            before = read_about(folder)
+            if before is not None and (before["epochs_done"], before["partial"]) > (progress.epochs, progress.partial):
+                log(f"{scale} {column} {model}: {shown_path(folder)} carries {before['epochs_done']} epochs, this "
+                    f"machine's run {progress.epochs}: kept that one")
+                continue
+            about = {"model": model, "scale": scale, "column": column, "zoo_train": cell["zoo_train"],
+                     "command": cell["command"], "model_version": model_version(model),
+                     "content_id": store_identity(recorded_store(cell)), "epochs_done": progress.epochs,
+                     "partial": progress.partial, "epochs_planned": cell["epochs_planned"],
+                     "seconds": progress.seconds, "carried_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            why_not = carry(Path(cell["run_dir"]), folder, about)
+            if why_not is None:
+                carried += 1
+                log(f"{scale} {column} {model}: {progress.epochs} of {cell['epochs_planned']} epochs carried in "
+                    f"{shown_path(folder)}")
+            else:
+                log(f"{scale} {column} {model}: not carried: {why_not}")
+    return carried
+
+
+def resume_carried(opts: TrainOptions, folder: Path, store: Path, log=print) -> None:
+    """Before a cell trains: where its run directory holds no run and ``folder`` carries one from another
+    machine that continues this cell's training (:func:`pipelines.carried.mismatch`), put it back, so zoo
+    train resumes it; one that does not is said in a line and the cell trains from its start."""
+    run_dir = Path(opts.out)
+    if checkpoint_files(run_dir) or any((run_dir / CHECKPOINTS).glob("*")) or (run_dir / "metrics.json").exists():
+        return
+    about = read_about(folder)
+    if about is None:
+        return
+    why = mismatch(about, comparable_command(about["zoo_train"]), comparable_command(train_command(opts)),
+                   model_version(opts.model), store_identity(store))
+    if why is not None:
+        log(f"{opts.model}: the run carried in {shown_path(folder)} does not continue this cell ({why}): training "
+            f"it from its start")
+        return
+    put_back(folder, run_dir, store)
+    log(f"{opts.model}: resuming the run carried in {shown_path(folder)}: {about['epochs_done']} of "
+        f"{about['epochs_planned']} epochs done on another machine ({about['carried_at']})")
+
+
 def chosen_lrs(protocol: Protocol, out: Path, column: str, models, given: dict, stores: Path,
                cells: dict | None = None) -> dict:
     """``{model: (lr, where it was chosen)}``: given on the command line, else (``lr_from``) the finished
@@ -855,6 +921,8 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
             continue
         refuse_other_finished(opts, log)
         move_aside_diverged(opts, log)
+        if recorded is not None:
+            resume_carried(opts, carried_folder(recorded, scale_name, column, model), store, log)
         before = cells[model]["wall_seconds"] or 0.0
         cells[model] = record(model, before, running=True)
         table()
@@ -929,8 +997,9 @@ def main(argv=None):
         if args.record:
             if recorded is None:
                 raise ValueError("--record needs a --recorded folder to write to")
-            added = record_cells(Path(args.out), recorded)
-            print(f"{added} cell(s) recorded in {shown_path(recorded)}" + (": commit them" if added else ""))
+            added, carried = record_cells(Path(args.out), recorded), carry_cells(Path(args.out), recorded)
+            print(f"{added} cell(s) recorded, {carried} unfinished cell(s) carried in {shown_path(recorded)}"
+                  + (": commit them" if added or carried else ""))
             return
         if args.summary:
             print(write_summary(Path(args.out), recorded=recorded).read_text())

@@ -10,6 +10,10 @@
 # A stage that fails is said in the log, and the queue goes on with the next. After each stage, the
 # finished cells are recorded in docs/recorded/weight-models (`--record`; commit them): a new machine
 # takes a recorded cell instead of retraining it, and a full cell the lr of a recorded ci one.
+# The same --record carries each unfinished cell's checkpoints where they are small (ng-gnn's, not
+# ScaleGMN's: pipelines/carried.py), and a new machine resumes them; a full cell's stage spans sessions,
+# so before a session stops, run `python -m pipelines.weight_models --record --out RESULTS/weight-models`
+# and commit docs/recorded.
 #
 # Order (docs/train.md, "Filling the table"): ScaleGMN's MNIST cells stood first (the >= 96.6% goal, met
 # with 97.60% in 13.7 h over sessions 12-17; since session 20 they stand with the other recorded cells,

@@ -5,6 +5,7 @@ the sine, generalization and adaptation columns end to end, and the summary of e
 import json
 import re
 import shlex
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from dws.tasks.checkpoint import CHECKPOINTS, Checkpoint
 from dws.tasks.objectives import TASKS
 from dws.tasks.options import ADAPT_MODELS, TrainOptions, with_task_defaults
 from dws.tasks.protocol import PAPER_LRS
-from pipelines import weight_models
+from pipelines import carried, weight_models
 from pipelines.inr_classification import inr_store
 from pipelines.weight_models import Protocol, cost_order, parse_lrs
 
@@ -675,3 +676,101 @@ def test_every_stage_of_the_queue_names_a_cell_the_pipeline_trains():
             assert {(column, m) for m in chosen} <= seen_ci, f"{name}: full before its ci cells"
     for column in ("mnist", "fmnist"):  # every row of the two INR columns is queued at full scale
         assert {(column, m) for m in weight_models.MODELS} <= seen_ci
+
+
+def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_never_stopped(
+        stores, tmp_path, monkeypatch):
+    """--record also carries an unfinished cell's checkpoints (files to commit); a new machine, whose zoo
+    was generated anew (another folder and creation time, the same networks), puts them back and resumes
+    the cell, which ends as an uninterrupted one does; a carried run of other networks, or of another
+    command, is said and not used; a damaged one is an error in one line; one too large is not carried."""
+    lrs = {"mlp": 1e-3}
+    whole = tmp_path / "whole" / "smoke"
+    weight_models.run("smoke", whole, 1, ["mlp"], log=QUIET, stores=stores, lrs=lrs)
+    uninterrupted = cells(whole)["mlp"]
+
+    first, records = tmp_path / "first", tmp_path / "records"
+    real_save = interrupt_at_first_save(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        weight_models.run("smoke", first / "smoke", 1, ["mlp"], log=QUIET, stores=stores, lrs=lrs)
+    monkeypatch.setattr(Checkpoint, "save", real_save)
+    lines = []
+    assert weight_models.carry_cells(first, records, log=lines.append) == 1
+    folder = records / "smoke" / "carried" / "mnist-mlp"
+    assert lines == [f"smoke mnist mlp: 1 of 2 epochs carried in {folder}"]
+    about = json.loads((folder / "carried.json").read_text())
+    store = Path(cells(first / "smoke")["mlp"]["zoo_train"].split()[2])
+    assert about["content_id"] == weight_models.WeightStore(store).manifest["content_id"].strip()
+    assert about["content_id"].startswith("sha256:") and about["epochs_done"] == 1
+    assert sorted(p.name for p in folder.iterdir()) == ["carried.json", "lr0.001-seed0.pt", "settings.json"]
+
+    # a new machine: the zoo made anew elsewhere (its creation time differs, its networks do not)
+    again = tmp_path / "again"
+    inr_store("smoke", again / "smoke", 1, "mnist", log=QUIET)
+    regenerated = weight_models.WeightStore(again / "smoke" / "stores" / store.name).manifest
+    assert regenerated["created"] != weight_models.WeightStore(store).manifest["created"]
+    second, lines = tmp_path / "second", []
+    weight_models.run("smoke", second / "smoke", 1, ["mlp"], log=lines.append, stores=again, lrs=lrs,
+                      recorded=records)
+    assert f"mlp: resuming the run carried in {folder}: 1 of 2 epochs done on another machine " \
+           f"({about['carried_at']})" in lines
+    assert any("resuming lr 0.001, seed 0 after epoch 1 of 2" in line for line in lines)
+    resumed = cells(second / "smoke")["mlp"]
+    assert resumed["status"] == "done" and resumed["test_accuracy"] == uninterrupted["test_accuracy"]
+    histories = [json.loads((Path(c["run_dir"]) / "metrics.json").read_text())["history"]
+                 for c in (uninterrupted, resumed)]
+    assert histories[0] == histories[1]
+    # finished: recorded, and its carried run removed
+    lines = []
+    assert weight_models.record_cells(second, records, log=QUIET) == 1
+    assert weight_models.carry_cells(second, records, log=lines.append) == 0 and not folder.exists()
+    assert lines == [f"smoke mnist mlp: finished; its carried run removed from {folder}"]
+
+    # carried again from the first machine (its cell not yet finished there; the record left out from here
+    # on); a carried run further on is kept over this machine's
+    (records / "smoke" / "results-mnist.json").unlink()
+    assert weight_models.carry_cells(first, records, log=QUIET) == 1
+    further = {**about, "epochs_done": 5}
+    (folder / "carried.json").write_text(json.dumps(further))
+    lines = []
+    assert weight_models.carry_cells(first, records, log=lines.append) == 0
+    assert lines == [f"smoke mnist mlp: {folder} carries 5 epochs, this machine's run 1: kept that one"]
+    (folder / "carried.json").write_text(json.dumps(about))
+
+    def third_machine(lr=1e-3, **kw):
+        lines = []
+        weight_models.run("smoke", tmp_path / "third" / "smoke", 1, ["mlp"], log=lines.append, stores=again,
+                          lrs={"mlp": lr}, recorded=records, **kw)
+        shutil.rmtree(tmp_path / "third")
+        return lines
+
+    # other networks, or another command: said, and the cell trains from its start
+    (folder / "carried.json").write_text(json.dumps({**about, "content_id": "sha256:" + "0" * 64}))
+    lines = third_machine()
+    (said,) = [line for line in lines if "does not continue" in line]
+    assert said.startswith(f"mlp: the run carried in {folder} does not continue this cell (it trained on a zoo of "
+                           f"content sha256:000") and said.endswith("training it from its start")
+    assert not any("resuming" in line for line in lines)
+    (folder / "carried.json").write_text(json.dumps(about))
+    (said,) = [line for line in third_machine(lr=5e-4) if "does not continue" in line]
+    assert "(it ran `--model mlp --task classify --epochs 2 --batch-size 8 --lr 0.001 " in said
+    assert "where this cell runs `--model mlp --task classify --epochs 2 --batch-size 8 --lr 0.0005 " in said
+
+    # a damaged carried checkpoint: an error in one line, nothing trained
+    pt = folder / "lr0.001-seed0.pt"
+    pt.write_bytes(pt.read_bytes()[:100])
+    with pytest.raises(SystemExit) as refused:
+        weight_models.main(["--scale", "smoke", "--models", "mlp", "--lr", "mlp=1e-3", "--out",
+                            str(tmp_path / "fourth"), "--stores", str(again), "--recorded", str(records)])
+    message = str(refused.value.code)
+    assert message == f"error: {pt} cannot be read (CheckpointError); restore it from git, or delete {folder} to " \
+                      f"train the cell from its start"
+    assert not (tmp_path / "fourth" / "smoke" / "runs").exists() or \
+        not any((tmp_path / "fourth" / "smoke" / "runs").rglob("*.pt"))
+
+    # too large to commit: not carried, said; what was carried stays
+    monkeypatch.setattr(carried, "CARRY_LIMIT", 10)
+    lines = []
+    assert weight_models.carry_cells(first, records, log=lines.append) == 0
+    assert len(lines) == 1 and lines[0].startswith("smoke mnist mlp: not carried: its checkpoints are ")
+    assert lines[0].endswith("MiB, more than the 0 MiB carried in git") and pt.exists()
