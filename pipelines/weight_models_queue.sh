@@ -29,6 +29,9 @@
 # the table's part for a GPU machine. Their full epochs take up to ~4.8 h here: zoo train saves within
 # an epoch every 10 minutes (--checkpoint-minutes, session 16), so they go on across sessions; and
 # ng-transformer and scalegmn-b train at batch 1, which zoo train skipped entirely before session 16.
+# The whole script is one compound command ({ ... exit; }): bash parses it before running any of it, so
+# an edit of this file (a git pull, a commit) while the queue runs changes nothing in the running queue.
+{
 set -u
 cd "$(dirname "$0")/.."
 R=$(realpath -m "${1:-results}")
@@ -47,10 +50,21 @@ stage() {  # stage NAME COLUMN SCALE MODELS [STORES]; MODELS "": every model the
         --stores "$stores" --out "$R/weight-models" > "$L/$name.log" 2>&1
     local status=$?
     echo "$(date -u +%FT%TZ) end $name (exit $status)"
-    # every finished cell into docs/recorded/weight-models (commit it): a new machine takes those cells
-    # instead of retraining them
-    python -m pipelines.weight_models --record --out "$R/weight-models" >> "$L/record.log" 2>&1
+    record
 }
+
+record() {  # every finished cell, and each unfinished one small enough, into docs/recorded/weight-models
+    # (commit them): a new machine takes the finished cells instead of retraining them and resumes the
+    # carried ones; one --record at a time (the stages' and the loop's below)
+    flock "$L/record.lock" python -m pipelines.weight_models --record --out "$R/weight-models" >> "$L/record.log" 2>&1
+}
+
+# also every 30 minutes, so that the cell a stage trains for hours is carried in the working tree
+# however the session ends (a new checkout keeps a session's uncommitted changes where it can)
+( while sleep "${RECORD_EVERY:-1800}"; do record; done ) &
+RECORDING=$!
+trap 'kill "$RECORDING" 2> /dev/null' EXIT
+trap 'exit 143' TERM INT
 
 # recorded in docs/recorded (33.20% at lr 5e-4, session 17): nothing trains, and the full stage takes that lr
 stage ci-mnist-ng-gnn mnist ci ng-gnn
@@ -87,3 +101,5 @@ stage ci-generalization-graphs generalization ci ng-transformer,scalegmn-b "$R/g
 stage full-generalization-graphs generalization full ng-transformer,scalegmn-b "$R/generalization"
 python -m pipelines.weight_models --summary --out "$R/weight-models" > "$L/summary.log" 2>&1
 echo "$(date -u +%FT%TZ) queue done: $R/weight-models/summary.md"
+exit
+}

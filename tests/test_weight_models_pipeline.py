@@ -700,7 +700,7 @@ def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_
     assert lines == [f"smoke mnist mlp: 1 of 2 epochs carried in {folder}"]
     about = json.loads((folder / "carried.json").read_text())
     store = Path(cells(first / "smoke")["mlp"]["zoo_train"].split()[2])
-    assert about["content_id"] == weight_models.WeightStore(store).manifest["content_id"].strip()
+    assert about["content_id"] == weight_models.WeightStore(store).manifest["content_id"]
     assert about["content_id"].startswith("sha256:") and about["epochs_done"] == 1
     assert sorted(p.name for p in folder.iterdir()) == ["carried.json", "lr0.001-seed0.pt", "settings.json"]
 
@@ -717,6 +717,7 @@ def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_
     assert any("resuming lr 0.001, seed 0 after epoch 1 of 2" in line for line in lines)
     resumed = cells(second / "smoke")["mlp"]
     assert resumed["status"] == "done" and resumed["test_accuracy"] == uninterrupted["test_accuracy"]
+    assert resumed["content_id"] == regenerated["content_id"] == uninterrupted["content_id"] == about["content_id"]
     histories = [json.loads((Path(c["run_dir"]) / "metrics.json").read_text())["history"]
                  for c in (uninterrupted, resumed)]
     assert histories[0] == histories[1]
