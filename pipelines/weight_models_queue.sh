@@ -12,8 +12,8 @@
 # takes a recorded cell instead of retraining it, and a full cell the lr of a recorded ci one.
 # The same --record carries each unfinished cell's checkpoints where they are small (ng-gnn's, not
 # ScaleGMN's: pipelines/carried.py), and a new machine resumes them; a full cell's stage spans sessions,
-# so before a session stops, run `python -m pipelines.weight_models --record --out RESULTS/weight-models`
-# and commit docs/recorded.
+# so the queue also records every 30 minutes, and before a session stops, run `python -m
+# pipelines.weight_models --record --out RESULTS/weight-models` and commit docs/recorded.
 #
 # Order (docs/train.md, "Filling the table"): ScaleGMN's MNIST cells stood first (the >= 96.6% goal, met
 # with 97.60% in 13.7 h over sessions 12-17; since session 20 they stand with the other recorded cells,
