@@ -693,6 +693,7 @@ def carry_cells(out_root: Path, recorded: Path, log=print) -> int:
                      "command": cell["command"], "model_version": model_version(model),
                      "content_id": store_identity(recorded_store(cell)), "epochs_done": progress.epochs,
                      "partial": progress.partial, "epochs_planned": cell["epochs_planned"],
+                     "best_val": progress.best, "best_epoch": progress.best_epoch,
                      "seconds": progress.seconds, "carried_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             why_not = carry(Path(cell["run_dir"]), folder, about)
             if why_not is None:
@@ -829,6 +830,14 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
     return f"{cell['status']} {done}/{planned} epochs{within}{to_go}{best}"
 
 
+def carried_cell(column: str, about: dict) -> str:
+    """A summary cell this machine has no run of, where another machine's is carried (``about``)."""
+    best = "" if about.get("best_val") is None else \
+        f", best val {COLUMNS[column].metrics[0].show(about['best_val'])} (epoch {about['best_epoch']})"
+    return (f"carried {about['epochs_done']}/{about['epochs_planned']} epochs{best}: another machine's run, resumed "
+            f"when its column runs")
+
+
 def write_summary(out_root: Path, scales: dict | None = None, recorded: Path | None = None) -> Path:
     """``OUT/summary.md``: one table of every column's cells at its table scale (``scales``: column: scale,
     for the columns to show otherwise); rows are issue 32's models, then any other model a column has; a
@@ -841,7 +850,10 @@ def write_summary(out_root: Path, scales: dict | None = None, recorded: Path | N
     for c, m in shown:  # each metric, then the published one beside it where the issue names one
         header.append(f"{COLUMNS[c].short}, {m.header} ({scales[c]})")
         for row, model in zip(rows, models):
-            row.append(summary_cell(c, found[c].get(model), model, m))
+            shown_cell = summary_cell(c, found[c].get(model), model, m)
+            about = None if shown_cell != NOT_RUN or recorded is None else \
+                read_about(carried_folder(recorded, scales[c], c, model))
+            row.append(shown_cell if about is None else carried_cell(c, about))
         published = PUBLISHED.get((c, m.key))
         if published is not None:
             header.append(f"{COLUMNS[c].short}, {m.header}, published ({PUBLISHED_WHERE.get(c, 'its paper')})")

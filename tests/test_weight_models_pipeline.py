@@ -704,6 +704,13 @@ def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_
     assert about["content_id"].startswith("sha256:") and about["epochs_done"] == 1
     assert sorted(p.name for p in folder.iterdir()) == ["carried.json", "lr0.001-seed0.pt", "settings.json"]
 
+    # the summary of a machine that has no run of the cell shows the carried one
+    summary = weight_models.write_summary(tmp_path / "elsewhere", {c: "smoke" for c in weight_models.COLUMNS},
+                                          recorded=records).read_text()
+    best = f"{100 * about['best_val']:.2f} (epoch 1)"
+    assert f"| `mlp` | carried 1/2 epochs, best val {best}: another machine's run, resumed when its column runs |" \
+        in summary
+
     # a new machine: the zoo made anew elsewhere (its creation time differs, its networks do not)
     again = tmp_path / "again"
     inr_store("smoke", again / "smoke", 1, "mnist", log=QUIET)
