@@ -685,7 +685,8 @@ def carry_cells(out_root: Path, recorded: Path, log=print) -> int:
                 continue
             progress = checkpoint_progress(Path(cell["run_dir"]), COLUMNS[column].task)
             before = read_about(folder)
-            if before is not None and (before["epochs_done"], before["partial"]) > (progress.epochs, progress.partial):
+            if before is not None and \
+                    (before.get("epochs_done", 0), before.get("partial", 0.0)) > (progress.epochs, progress.partial):
                 log(f"{scale} {column} {model}: {shown_path(folder)} carries {before['epochs_done']} epochs, this "
                     f"machine's run {progress.epochs}: kept that one")
                 continue
@@ -710,7 +711,7 @@ def resume_carried(opts: TrainOptions, folder: Path, store: Path, log=print) -> 
     machine that continues this cell's training (:func:`pipelines.carried.mismatch`), put it back, so zoo
     train resumes it; one that does not is said in a line and the cell trains from its start."""
     run_dir = Path(opts.out)
-    if checkpoint_files(run_dir) or any((run_dir / CHECKPOINTS).glob("*")) or (run_dir / "metrics.json").exists():
+    if any((run_dir / CHECKPOINTS).glob("*")):  # a run of its own (or what is left of one): left as it is
         return
     about = read_about(folder)
     if about is None:
