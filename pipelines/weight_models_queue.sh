@@ -18,12 +18,12 @@
 # Order (docs/train.md, "Filling the table"): ScaleGMN's MNIST cells stood first (the >= 96.6% goal, met
 # with 97.60% in 13.7 h over sessions 12-17; since session 20 they stand with the other recorded cells,
 # near the end, so a new machine does not retrain them first), then ng-gnn's MNIST ones (the
-# paper's 91.4%, against 33-35% at ci: ~3 h, so an answer, and time to look into a miss, before
-# ScaleGMN's ~13 h Fashion-MNIST cells (>= 80.8%), session 14); then the columns whose cells take
-# minutes to hours each (sine, adaptation, the cheap generalization cells and scalegmn's ci one on
-# ReLU classifiers: ~13 h for ~20 cells), the cheap models and the NFNs on INRs, the other graph
-# models, and the MNIST cells that earlier sessions recorded (DWSNet, the NFNs, ScaleGMN) but whose run
-# directories were lost. Last, the generalization column's costly cells (session 15: a state per
+# paper's 91.4%, against 33-35% at ci; ~12 h on session 21's machine, carried across machines since
+# session 22); then the columns whose cells take minutes to hours each (sine, adaptation, the cheap
+# generalization cells and scalegmn's ci one on ReLU classifiers: ~13 h for ~20 cells), the cheap models
+# and the NFNs on INRs, and DWSNet's full MNIST cell: each one ends within a session and is recorded (since
+# session 22 they come before ScaleGMN's Fashion-MNIST full cell, >= 80.8%, ~15-20 h here, which no commit
+# carries); then the other graph models. Last, the generalization column's costly cells (session 15: a state per
 # weight of a 784-128-128-128-10 classifier makes a network 0.1-0.8 s a step here with both cores,
 # against the DWSNet's 0.01-0.02 s; ~190-220 h of this CPU, nfn-np and the graph models together),
 # the table's part for a GPU machine. Their full epochs take up to ~4.8 h here: zoo train saves within
@@ -68,9 +68,11 @@ trap 'exit 143' TERM INT
 
 # recorded in docs/recorded (33.20% at lr 5e-4, session 17): nothing trains, and the full stage takes that lr
 stage ci-mnist-ng-gnn mnist ci ng-gnn
+# carried in docs/recorded between sessions (its checkpoints are ~1.6 MB): a new machine resumes it
 stage full-mnist-ng-gnn mnist full ng-gnn
-stage ci-fmnist-scalegmn fmnist ci scalegmn
-stage full-fmnist-scalegmn fmnist full scalegmn
+# session 22: the cells that end within a session come next (each one recorded as it ends), before the
+# long cells no commit carries (ScaleGMN's ~33 MB checkpoints): three new machines in sessions 12-22 lost
+# every run in progress, so a ~15-20 h cell here ends on one machine only now and then
 stage ci-sine sine ci "" "$R/sine-regression"
 stage ci-adapt adapt ci "" "$R/domain-adaptation"
 # nfn-hnp: refused in a line (its parameters grow as d_0^2: 5.1M at one channel on 784 inputs)
@@ -80,17 +82,21 @@ stage full-generalization generalization full mlp,mlp-align,dwsnet,nfn-hnp "$R/g
 stage ci-mnist-cheap mnist ci $CHEAP
 stage ci-fmnist-cheap fmnist ci $CHEAP
 stage full-mnist-mlps mnist full mlp,mlp-align
+# recorded with their commands (docs/train.md), run directories lost with a machine: dwsnet and the NFNs in
+# sessions 1-11 (lost with session 12's). The NFNs' full cells stand in docs/recorded/weight-models (session
+# 21), so this stage trains only DWSNet's full cell (its recorded 93.50% ran at lr 1e-3, not at its ci
+# cell's lr)
+stage full-mnist-recorded mnist full dwsnet,nfn-hnp,nfn-np
 stage full-fmnist-cheap fmnist full $CHEAP
+# the >= 80.8% goal: the ci cell is recorded (67.35%, session 20); the full one ~15-20 h on this CPU
+stage ci-fmnist-scalegmn fmnist ci scalegmn
+stage full-fmnist-scalegmn fmnist full scalegmn
 stage ci-mnist-graphs mnist ci ng-transformer,scalegmn-b
 stage ci-fmnist-graphs fmnist ci ng-gnn,ng-transformer,scalegmn-b
 stage full-fmnist-ng-gnn fmnist full ng-gnn
 stage full-mnist-graphs mnist full scalegmn-b,ng-transformer
 stage full-fmnist-graphs fmnist full scalegmn-b,ng-transformer
-# recorded with their commands (docs/train.md), run directories lost with a machine: dwsnet and the NFNs in
-# sessions 1-11 (lost with session 12's), ScaleGMN's MNIST cells in sessions 12-17 (97.60%, lost with session 20's).
-# The NFNs' full cells and ScaleGMN's ci and full ones stand in docs/recorded/weight-models (session 21), so
-# these stages train only DWSNet's full cell (its recorded 93.50% ran at lr 1e-3, not at its ci cell's lr)
-stage full-mnist-recorded mnist full dwsnet,nfn-hnp,nfn-np
+# recorded (97.60%, sessions 12-17; lost with session 20's machine): nothing trains
 stage ci-mnist-scalegmn mnist ci scalegmn
 stage full-mnist-scalegmn mnist full scalegmn
 # the generalization column's costly cells (estimated, session 15, both cores: ci ~5-10 h, then ~21 h;
