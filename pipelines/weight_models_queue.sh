@@ -56,7 +56,9 @@ stage() {  # stage NAME COLUMN SCALE MODELS [STORES]; MODELS "": every model the
 record() {  # every finished cell, and each unfinished one small enough, into docs/recorded/weight-models
     # (commit them): a new machine takes the finished cells instead of retraining them and resumes the
     # carried ones; one --record at a time (the stages' and the loop's below)
-    flock "$L/record.lock" python -m pipelines.weight_models --record --out "$R/weight-models" >> "$L/record.log" 2>&1
+    local lock=()
+    command -v flock > /dev/null && lock=(flock "$L/record.lock")  # (util-linux; without it, unlocked)
+    "${lock[@]}" python -m pipelines.weight_models --record --out "$R/weight-models" >> "$L/record.log" 2>&1
 }
 
 # also every 30 minutes, so that the cell a stage trains for hours is carried in the working tree
