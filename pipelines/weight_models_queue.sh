@@ -37,8 +37,12 @@ cd "$(dirname "$0")/.."
 R=$(realpath -m "${1:-results}")
 L=$R/weight-models/logs
 mkdir -p "$L"
-# a CPU shared with other jobs (docs/train.md): OpenMP threads sleep between operators, no mmapped buffers
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} MALLOC_MMAP_MAX_=${MALLOC_MMAP_MAX_:-0}
+# no mmapped buffers (docs/train.md: the graph models' per-edge tensors reused, not page-faulted in). The
+# queue runs one job at a time, so libgomp keeps its default, spinning between operators: on session 22's
+# machine (30% of its CPU time stolen by the host) ng-gnn's bf16 step took 0.42-0.66 s so, and 0.95-1.94 s
+# with OMP_WAIT_POLICY=PASSIVE (alternated, docs/train.md), which is for a CPU that other jobs share:
+# export it before starting the queue beside them
+export MALLOC_MMAP_MAX_=${MALLOC_MMAP_MAX_:-0}
 # progress bars into a log file: a line every 30 s, not one per batch (a full cell's log stays ~1 MB, not ~10)
 export TQDM_MININTERVAL=${TQDM_MININTERVAL:-30}
 CHEAP=mlp,mlp-align,dwsnet,nfn-hnp,nfn-np
