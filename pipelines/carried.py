@@ -31,7 +31,7 @@ from zoo.store import WeightStore
 CARRIED = "carried"  # the folder beside a scale's recorded results
 ABOUT = "carried.json"  # in each carried cell's folder: what its checkpoints were trained on
 # the most a cell's checkpoints may weigh to be committed, about what one session's commit may add to the
-# repository: ng-gnn's full cell (98,122 parameters: model, best model and AdamW's two moments) is ~1.6 MB;
+# repository: ng-gnn's full cell (98,122 parameters: model, best model and AdamW's two moments) is 1.7 MB;
 # a ScaleGMN cell (2.0M parameters, ~33 MB) is not carried
 CARRY_LIMIT = 4 * 2**20
 

@@ -74,7 +74,7 @@ trap 'exit 143' TERM INT
 
 # recorded in docs/recorded (33.20% at lr 5e-4, session 17): nothing trains, and the full stage takes that lr
 stage ci-mnist-ng-gnn mnist ci ng-gnn
-# carried in docs/recorded between sessions (its checkpoints are ~1.6 MB): a new machine resumes it
+# carried in docs/recorded between sessions (its checkpoints are 1.7 MB): a new machine resumes it
 stage full-mnist-ng-gnn mnist full ng-gnn
 # session 22: the cells that end within a session come next (each one recorded as it ends), before the
 # long cells no commit carries (ScaleGMN's ~33 MB checkpoints): three new machines in sessions 12-22 lost
