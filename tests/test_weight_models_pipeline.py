@@ -655,6 +655,31 @@ def test_the_committed_records_stand_for_the_cells_the_pipeline_trains_now():
             assert all(cell.get(m.key) is not None for m in weight_models.COLUMNS[column].metrics)
 
 
+def test_the_committed_carried_cells_continue_the_cells_the_pipeline_trains_now():
+    """docs/recorded/weight-models/*/carried: each carried cell is of the model's code now, its zoo train
+    command is the one its cell runs now (at its lr), and its files are whole checkpoints, so a new machine
+    resumes it instead of training the cell from its start."""
+    recorded = weight_models.CHECKOUT / "docs" / "recorded" / "weight-models"
+    folders = sorted(p.parent for p in recorded.glob("*/carried/*/carried.json"))
+    if not folders:
+        pytest.skip("no carried cell committed")
+    for folder in folders:
+        about = carried.read_about(folder)
+        scale, column, model = about["scale"], about["column"], about["model"]
+        assert folder == carried.carried_folder(recorded, scale, column, model)
+        argv = shlex.split(about["zoo_train"])
+        lr = float(argv[argv.index("--lr") + 1]) if "--lr" in argv else None
+        protocol = weight_models.column_protocol(column, scale)
+        now = weight_models.cell_options(protocol, weight_models.recorded_store(about), Path("/elsewhere") / scale,
+                                         model, lr, weight_models.COLUMNS[column].task)
+        ran, runs = map(weight_models.comparable_command, (about["zoo_train"], weight_models.train_command(now)))
+        assert carried.mismatch(about, ran, runs, weight_models.model_version(model), about["content_id"]) is None
+        assert about["content_id"].startswith("sha256:") and 0 < about["epochs_done"] < about["epochs_planned"]
+        for name in about["files"]:
+            if name.endswith(".pt"):
+                assert Checkpoint(folder / name, name).read()["status"] == "training"
+
+
 def test_every_stage_of_the_queue_names_a_cell_the_pipeline_trains():
     """pipelines/weight_models_queue.sh: each stage's column, scale and models are accepted as the pipeline
     reads them (a scale the column has, models it applies to), and its full cells come after the ci cells
