@@ -72,6 +72,27 @@ def read_about(folder: Path) -> dict | None:
     return about
 
 
+def write_folder(folder: Path, copies: list[Path], texts: dict[str, str], replace: bool) -> None:
+    """Make ``folder`` hold copies of ``copies`` and the files ``texts`` (name: content), whole or not at all:
+    written beside it, then renamed into place. ``replace``: a folder there is replaced; otherwise it must be
+    empty (OSError where it is not, and it is kept)."""
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in copies:  # each checkpoint is replaced atomically by zoo train: a copy is one whole save
+        shutil.copy2(f, tmp / f.name)
+    for name, text in texts.items():
+        (tmp / name).write_text(text)
+    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
+    if folder.is_dir():
+        if replace:
+            folder.rename(old)
+        else:
+            folder.rmdir()
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def carry(run_dir: Path, folder: Path, about: dict, limit: int | None = None) -> str | None:
     """Copy ``run_dir``'s unfinished run into ``folder`` (replacing what was carried there) with ``about``
     (the cell's command, model version, zoo identity and epochs done). Returns why not (None: carried):
@@ -82,18 +103,8 @@ def carry(run_dir: Path, folder: Path, about: dict, limit: int | None = None) ->
     size = sum(f.stat().st_size for f in files)
     if size > limit:
         return f"its checkpoints are {size / 2**20:.1f} MiB, more than the {limit / 2**20:.0f} MiB carried in git"
-    folder = Path(folder)
-    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for f in files:  # each checkpoint is replaced atomically by zoo train: a copy is one whole save
-        shutil.copy2(f, tmp / f.name)
-    (tmp / ABOUT).write_text(json.dumps({**about, "files": [f.name for f in files], "bytes": size}, indent=2) + "\n")
-    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
-    if folder.exists():
-        folder.rename(old)
-    tmp.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
+    write_folder(Path(folder), files, {ABOUT: json.dumps({**about, "files": [f.name for f in files], "bytes": size},
+                                                         indent=2) + "\n"}, replace=True)
     return None
 
 
@@ -112,13 +123,11 @@ def mismatch(about: dict, ran: list[str], runs: list[str], model_version: int, c
     return None
 
 
-def put_back(folder: Path, run_dir: Path, store: Path) -> dict:
-    """Put a carried cell's files into ``run_dir``'s ``checkpoints/``, its settings naming ``store`` (the
-    same networks, checked by :func:`mismatch`, where they lie here); each checkpoint is read first, so a
-    damaged one is refused (CarriedError, one line) before anything is written. Returns its description."""
-    about = read_about(folder)
-    if about is None:
-        raise CarriedError(f"{folder}: no carried cell")
+def put_back(folder: Path, about: dict, run_dir: Path, store: Path) -> None:
+    """Put the cell carried in ``folder`` (``about``: its :func:`read_about`) into ``run_dir``'s ``checkpoints/``
+    (absent or empty), its settings naming ``store`` (the same networks, checked by :func:`mismatch`, where they
+    lie here); each checkpoint is read first, so a damaged one is refused (CarriedError, one line) before
+    anything is written."""
     missing = [name for name in about["files"] if not (Path(folder) / name).is_file()]
     if missing or SETTINGS not in about["files"]:
         raise CarriedError(f"{folder}: {', '.join(missing) or SETTINGS} missing; restore it from git, or delete "
@@ -134,15 +143,5 @@ def put_back(folder: Path, run_dir: Path, store: Path) -> dict:
                                f"delete {folder} to train the cell from its start") from None
     here = WeightStore(store)
     settings.update({"STORE": str(here.root.resolve()), "STORE created": here.manifest.get("created")})
-    target = Path(run_dir) / CHECKPOINTS
-    tmp = target.with_name(f".{CHECKPOINTS}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in about["files"]:
-        if name != SETTINGS:
-            shutil.copy2(Path(folder) / name, tmp / name)
-    (tmp / SETTINGS).write_text(json.dumps(settings, indent=2))
-    if target.is_dir():
-        target.rmdir()  # (empty: a cell is put back only where it has no unfinished run; else OSError, kept)
-    tmp.rename(target)  # whole or not at all
-    return about
+    write_folder(Path(run_dir) / CHECKPOINTS, [Path(folder) / name for name in about["files"] if name != SETTINGS],
+                 {SETTINGS: json.dumps(settings, indent=2)}, replace=False)

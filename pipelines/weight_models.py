@@ -722,7 +722,7 @@ def resume_carried(opts: TrainOptions, folder: Path, store: Path, log=print) -> 
         log(f"{opts.model}: the run carried in {shown_path(folder)} does not continue this cell ({why}): training "
             f"it from its start")
         return
-    put_back(folder, run_dir, store)
+    put_back(folder, about, run_dir, store)
     log(f"{opts.model}: resuming the run carried in {shown_path(folder)}: {about['epochs_done']} of "
         f"{about['epochs_planned']} epochs done on another machine ({about['carried_at']})")
 
