@@ -301,6 +301,46 @@ def verify(store, no_recompute, max_memory):
     sys.exit(0 if found.ok else 1)
 
 
+@main.command(short_help="Print a store's checksum record (JSON): its content ID and every file's checksum.",
+              epilog=_examples("zoo checksums stores/mnist > mnist-checksums.json"))
+@click.argument("store", type=STORE)
+def checksums(store):
+    """Print the checksums the store's content ID is made of (every chunk, table and metadata file), with
+    the command, software and machine that made it, as JSON: kept beside a result, it lets `zoo compare`
+    say later which files of another copy differ, after the store itself is gone."""
+    import json
+
+    from zoo.store.compare import record
+
+    click.echo(json.dumps(record(store), indent=1))
+
+
+@main.command(short_help="Say which parts of two zoos differ (parameters, statistics, table, metadata); exit 1 if "
+                         "any.",
+              epilog=_examples("zoo compare stores/mnist /mnt/lab/mnist",
+                               "zoo compare stores/mnist mnist-checksums.json"))
+@click.argument("a")
+@click.argument("b")
+@click.option("--examples", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Differing files named per part.")
+def compare(a, b, examples):
+    """Compare two stores, or a store and a checksum record (`zoo checksums`), file by file from their
+    checksums (nothing is decoded): per part, how many files are equal, differ or are on one side only, and
+    which chunks of networks differ. Two content IDs that differ only in statistics or table hold the same
+    networks. Exits 0 when identical, 1 when not (as `cmp`)."""
+    from zoo.store.compare import compare as compare_sides
+    from zoo.store.compare import side
+
+    for what in (a, b):
+        from zoo.store.location import is_url
+
+        if not (is_url(what) or Path(what).exists()):
+            raise click.BadParameter(f"{what!r} is neither a store, a URL nor a checksum record (.json)")
+    found = compare_sides(side(a), side(b))
+    click.echo(found.summary(examples=examples))
+    sys.exit(0 if found.identical else 1)
+
+
 def _parse_split_points(value: str | None):
     if value is None:
         return None

@@ -9,9 +9,11 @@ no run of the cell puts it back into the cell's run directory, and zoo train res
 saved step as it would have on the machine that saved it.
 
 It is put back only where it continues the same training: the same ``zoo train`` command (where the zoo
-and the run directory lie aside), the same model code version, and a zoo of the same content: the
+and the run directory lie aside), the same model code version, and a zoo of the same networks: the
 store's ``content_id`` (``zoo/store/identity.py``), which is the same for the same networks generated
-anywhere, and differs where one value does. The run's settings then name the zoo here (its path and
+anywhere and differs where one value does, or failing that its ``networks_id``, which is the same where
+only what training does not read differs (the fit's final MSE and PSNR, whose last bits depend on the
+machine's BLAS code path: MKL's Intel-only kernels). The run's settings then name the zoo here (its path and
 creation time, which is all that differs); a carried cell that does not fit is said in one line, and the
 cell trains from its start. Nothing here knows the table: ``pipelines.weight_models`` decides which cell
 is whose.
@@ -51,9 +53,13 @@ def checkpoint_files(run_dir: Path) -> list[Path]:
     return [folder / SETTINGS, *files] if files and (folder / SETTINGS).is_file() else []
 
 
-def store_identity(store: Path) -> str | None:
-    """The zoo's content ID (None: a store finished before content IDs, or not finished)."""
-    return WeightStore(store).manifest.get("content_id")
+def store_identity(store: Path) -> dict:
+    """The zoo's ``content_id`` and ``networks_id`` (each None: a store finished before content IDs, or
+    not finished)."""
+    from zoo.store.identity import networks_id
+
+    opened = WeightStore(store)
+    return {"content_id": opened.manifest.get("content_id"), "networks_id": networks_id(opened.root, opened.manifest)}
 
 
 def read_about(folder: Path) -> dict | None:
@@ -108,19 +114,28 @@ def carry(run_dir: Path, folder: Path, about: dict, limit: int | None = None) ->
     return None
 
 
-def mismatch(about: dict, ran: list[str], runs: list[str], model_version: int, content_id: str | None) -> str | None:
+def mismatch(about: dict, ran: list[str], runs: list[str], model_version: int, identity: dict) -> str | None:
     """Why a carried cell does not continue the training a cell would run now (None: it does). ``ran``,
-    ``runs``: its ``zoo train`` command and the cell's now, without where the zoo and run directory lie."""
+    ``runs``: its ``zoo train`` command and the cell's now, without where the zoo and run directory lie;
+    ``identity``: the zoo's here (:func:`store_identity`)."""
     if ran != runs:
         return f"it ran `{shlex.join(ran[1:])}` on {ran[0]}, where this cell runs `{shlex.join(runs[1:])}` on {runs[0]}"
     if about.get("model_version") != model_version:
         return f"it is of model version {about.get('model_version')}, now {model_version}"
+    content_id, networks = identity.get("content_id"), identity.get("networks_id")
+    if content_id is not None and about.get("content_id") == content_id:
+        return None
+    if networks is not None and about.get("networks_id") == networks:
+        return None  # the same networks, statistics and targets; only the fit's diagnostics differ
     if content_id is None or about.get("content_id") is None:
         return "its zoo or this one has no content ID to tell whether they hold the same networks"
-    if about["content_id"] != content_id:
+    if about.get("networks_id") is None:
         return (f"it trained on a zoo of content {about['content_id']}, and this one is {content_id}: other "
-                f"networks (made on another kind of machine, or with other package versions)")
-    return None
+                f"networks, or the same ones with other diagnostics (its record has no networks ID to tell: "
+                f"`zoo compare` of the two zoos says which)")
+    return (f"it trained on a zoo of content {about['content_id']}, and this one is {content_id}: other networks "
+            f"({about['networks_id']} there, {networks} here: made on another kind of machine, or with other "
+            f"package versions)")
 
 
 def put_back(folder: Path, about: dict, run_dir: Path, store: Path) -> None:

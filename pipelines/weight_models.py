@@ -508,7 +508,7 @@ def cell_record(opts: TrainOptions, lr_from: str, command: str, wall_seconds: fl
         metrics = {k: done[k] for k in ("lr", "lr_search", "params", "seconds")}
         val = float(np.mean([seed[spec.selection] for seed in done["val"]]))
         return {**record, **metrics, "status": DONE, "epochs_done": trained_epochs(done, record["epochs_planned"]),
-                "model_version": model_version(opts.model), "content_id": store_identity(Path(opts.store)),
+                "model_version": model_version(opts.model), **store_identity(Path(opts.store)),
                 f"val_{spec.selection}": val, **{m.key: m.read(done) for m in spec.metrics},
                 "wall_seconds": max(wall_seconds or 0.0, trained_seconds(done))}
     progress = checkpoint_progress(Path(opts.out), opts.task)  # (a save within its first epoch is work done too)
@@ -692,7 +692,7 @@ def carry_cells(out_root: Path, recorded: Path, log=print) -> int:
                 continue
             about = {"model": model, "scale": scale, "column": column, "zoo_train": cell["zoo_train"],
                      "command": cell["command"], "model_version": model_version(model),
-                     "content_id": store_identity(recorded_store(cell)), "epochs_done": progress.epochs,
+                     **store_identity(recorded_store(cell)), "epochs_done": progress.epochs,
                      "partial": progress.partial, "epochs_planned": cell["epochs_planned"],
                      "best_val": progress.best, "best_epoch": progress.best_epoch,
                      "seconds": progress.seconds, "carried_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -673,7 +673,8 @@ def test_the_committed_carried_cells_continue_the_cells_the_pipeline_trains_now(
         now = weight_models.cell_options(protocol, weight_models.recorded_store(about), Path("/elsewhere") / scale,
                                          model, lr, weight_models.COLUMNS[column].task)
         ran, runs = map(weight_models.comparable_command, (about["zoo_train"], weight_models.train_command(now)))
-        assert carried.mismatch(about, ran, runs, weight_models.model_version(model), about["content_id"]) is None
+        assert carried.mismatch(about, ran, runs, weight_models.model_version(model),
+                                {"content_id": about["content_id"]}) is None
         assert about["content_id"].startswith("sha256:") and 0 < about["epochs_done"] < about["epochs_planned"]
         for name in about["files"]:
             if name.endswith(".pt"):
@@ -777,13 +778,23 @@ def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_
         shutil.rmtree(tmp_path / "third")
         return lines
 
-    # other networks, or another command: said, and the cell trains from its start
+    # the same networks with other diagnostics (another content ID, the same networks ID): resumed
+    assert about["networks_id"].startswith("networks-sha256:")
     (folder / "carried.json").write_text(json.dumps({**about, "content_id": "sha256:" + "0" * 64}))
+    assert any(line.startswith(f"mlp: resuming the run carried in {folder}") for line in third_machine())
+
+    # other networks, or another command: said, and the cell trains from its start
+    (folder / "carried.json").write_text(json.dumps({**about, "content_id": "sha256:" + "0" * 64,
+                                                     "networks_id": "networks-sha256:" + "1" * 64}))
     lines = third_machine()
     (said,) = [line for line in lines if "does not continue" in line]
     assert said.startswith(f"mlp: the run carried in {folder} does not continue this cell (it trained on a zoo of "
                            f"content sha256:000") and said.endswith("training it from its start")
-    assert not any("resuming" in line for line in lines)
+    assert "networks-sha256:111" in said and not any("resuming" in line for line in lines)
+    older = {k: v for k, v in about.items() if k != "networks_id"}  # carried before networks IDs
+    (folder / "carried.json").write_text(json.dumps({**older, "content_id": "sha256:" + "0" * 64}))
+    (said,) = [line for line in third_machine() if "does not continue" in line]
+    assert "its record has no networks ID to tell: `zoo compare` of the two zoos says which" in said
     (folder / "carried.json").write_text(json.dumps(about))
     (said,) = [line for line in third_machine(lr=5e-4) if "does not continue" in line]
     assert "(it ran `--model mlp --task classify --epochs 2 --batch-size 8 --lr 0.001 " in said

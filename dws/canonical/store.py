@@ -38,7 +38,7 @@ RULES = {
 #: manifest keys the writer makes for the new store (``command``: the ``zoo derive`` line that remakes it,
 #: which ``zoo verify`` prints as the repair); every other key of the source's is kept
 WRITTEN_KEYS = ("format", "format_version", "created", "status", "arrays", "num_networks", "chunk_size",
-                "num_chunks", "complete_chunks", "parameters", "splits", "checksums", "checksum", "software",
+                "num_chunks", "complete_chunks", "parameters", "splits", "checksums", "checksum", "software", "machine",
                 "normalization", ID_KEY, "completed", "command")
 
 

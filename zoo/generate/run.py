@@ -24,7 +24,7 @@ from ..options import (MIN_SELECTION_NETWORKS, MIN_SELECTION_RUNS, plural, requi
 from ..sources import get_source
 from ..store.format import MANIFEST, SPLITS, STATUS_COMPLETE, DamagedStoreError, StoreError
 from ..store.location import UrlRoot, is_empty, store_root
-from ..store.manifest import read_manifest, software_versions
+from ..store.manifest import machine_description, read_manifest, software_versions
 from ..store.stats import Moments, TrainMoments, reduce_moments, write_stats
 from ..store.verify import verify_store
 from ..store.writer import (
@@ -162,7 +162,7 @@ def generate(opts: GenerateOptions, log=print) -> dict:
         manifest = create_store(out, widths=kind.widths, num_networks=layout.num_networks,
                                 chunk_size=layout.chunk_size, splits=layout.splits,
                                 metadata={**layout.metadata, "command": command_line(opts),
-                                          "software": software_versions()})
+                                          "software": software_versions(), "machine": machine_description()})
     else:
         check_same_splits(out, manifest, layout)  # before anything of the store is reopened
         manifest, known = _reopen_damaged(out, manifest, found, recipe.verb, log)

@@ -146,6 +146,11 @@ def _provenance(m: dict) -> str:
         lines.append("Package versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
     else:
         lines.append("Package versions: not recorded (made before weightzoo recorded them).")
+    cpu = (m.get("machine") or {}).get("cpu")
+    if cpu:
+        lines += ["", "Written on: " + ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}"
+                                               for k, v in cpu.items()) + " (the floats of another CPU may "
+                  "differ in the last bits, and so the content ID: `zoo compare` names the files that differ)."]
     generation = m.get("generation")
     if generation:
         lines += ["", "Generation settings (`generation` in the manifest):", "", "```json",

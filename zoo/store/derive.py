@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from .finish import finish
 from .location import UrlRoot, store_root
-from .manifest import software_versions
+from .manifest import machine_description, software_versions
 from .stats import chunk_train_moments, reduce_moments, row_status, write_stats
 from .writer import chunk_bounds, chunk_layout, consolidate_rows, create_store, mark_chunks_complete, write_chunk
 
@@ -52,7 +52,8 @@ def write_store_by_chunk(
     """:func:`write_store` for stores too large for memory: ``chunk(lo, hi)`` returns the parameters
     ``[hi - lo, ...]`` and the rows of networks ``lo..hi-1``, one store chunk at a time."""
     manifest = create_store(root, widths=widths, num_networks=num_networks, chunk_size=chunk_size, splits=splits,
-                            metadata={**metadata, "software": software_versions()}, overwrite=overwrite)
+                            metadata={**metadata, "software": software_versions(), "machine": machine_description()},
+                            overwrite=overwrite)
     train_stop = splits["train"]["start"] + splits["train"]["count"]
     parts, fragments = [], {}
     for index in range(manifest["num_chunks"]):

@@ -13,6 +13,11 @@ hold the same zoo without comparing the files.
 Paths are relative to the store and nothing else is hashed (no timestamps, no command, no
 folder), so the same networks written anywhere give the same ID; one changed value changes a
 chunk's crc32c and so the ID. Only stores whose chunks carry checksums (format v2) have one.
+
+``networks_id`` is narrower: what a model trained on the store reads, and nothing else (see its
+docstring). Two machines that fit the same networks but evaluate their final MSE with another BLAS
+code path (MKL takes Intel-only kernels on Intel CPUs) have different content IDs and the same
+networks ID, so a training carried from one resumes on the other.
 """
 
 from __future__ import annotations
@@ -63,6 +68,44 @@ def checksum_entries(root, manifest: dict) -> dict[str, str] | None:
     return entries
 
 
+NETWORKS_PREFIX = "networks-sha256:"
+#: the table's columns a training reads besides the manifest's ``targets``
+READ_COLUMNS = ("index", "split")
+
+
+def column_digests(root, manifest: dict, columns=None) -> dict[str, str]:
+    """``{column: sha256}`` of the networks table's values (``columns``: all), from the values, not the
+    Parquet bytes (which include the writing pyarrow's version): sha256 of the column as JSON."""
+    from .format import NETWORKS_TABLE
+    from .writer import read_table
+
+    table = read_table(root, NETWORKS_TABLE, manifest)
+    names = table.column_names if columns is None else [c for c in columns if c in table.column_names]
+    return {name: hashlib.sha256(json.dumps(table.column(name).to_pylist()).encode()).hexdigest()
+            for name in names}
+
+
+def networks_id(root, manifest: dict) -> str | None:
+    """The identity of what training on the store reads: every parameter and statistic chunk (their
+    crc32c, as in ``content_id``), the architecture, parameter shapes, splits and target names (the
+    manifest's), and the values of the table's target, ``index`` and ``split`` columns. It leaves out
+    the fit's diagnostics (MSE, PSNR, steps: evaluated with whatever BLAS the machine has), the Parquet
+    and ``zarr.json`` bytes (a library's version is in them) and everything else; ``None`` where the
+    store is unfinished or its chunks carry no checksums."""
+    if manifest.get("status") != "complete":
+        return None
+    entries = checksum_entries(root, manifest)
+    if entries is None:
+        return None
+    lines = [f"{path}\t{crc}" for path, crc in sorted(entries.items())
+             if path.startswith(f"{manifest.get('arrays', '')}/") and not path.endswith("zarr.json")]
+    described = {key: manifest.get(key) for key in ("kind", "architecture", "parameters", "splits", "targets")}
+    lines.append("manifest\t" + json.dumps(described, sort_keys=True, separators=(",", ":")))
+    read = [*READ_COLUMNS, *(manifest.get("targets") or [])]
+    lines += [f"column {name}\t{digest}" for name, digest in sorted(column_digests(root, manifest, read).items())]
+    return NETWORKS_PREFIX + hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()
+
+
 def _tail(path, size: int) -> bytes | None:
     """The last ``size`` bytes of a file (``None``: missing), without reading the rest."""
     if isinstance(path, UrlRoot):
@@ -84,4 +127,4 @@ def _tail(path, size: int) -> bytes | None:
 
 def short(identity: str) -> str:
     """The first 16 hex digits, for titles (the full ID is what to compare)."""
-    return identity.removeprefix(PREFIX)[:16]
+    return identity.removeprefix(NETWORKS_PREFIX).removeprefix(PREFIX)[:16]

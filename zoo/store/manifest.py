@@ -103,3 +103,29 @@ def software_versions() -> dict[str, str]:
             found[package] = "not installed"
     found["python"] = platform.python_version()
     return found
+
+
+#: the CPU flags that select floating-point code paths (vector widths, fused multiply-add, bf16)
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
+
+
+def machine_description() -> dict:
+    """The CPU that writes a store, as the manifest records it at creation (``machine``): the same command
+    can make different floats on another CPU (the networks it fits, the statistics it computes, even of
+    imported networks), so a differing content ID can be traced to it. From
+    ``/proc/cpuinfo``'s first processor where there is one (vendor's name, family, model, the flags of
+    ``CPU_FLAGS`` it has), else the platform's name."""
+    import platform
+
+    cpu: dict = {}
+    try:
+        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:
+        first = ""
+    for line in first.splitlines():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key in ("model name", "cpu family", "model"):
+            cpu[key] = int(value) if value.isdigit() else value
+        elif key == "flags":
+            cpu["flags"] = [flag for flag in CPU_FLAGS if flag in value.split()]
+    return {"cpu": cpu or {"machine": platform.machine() or "unknown"}, "os": platform.system()}
