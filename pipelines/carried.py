@@ -160,3 +160,44 @@ def put_back(folder: Path, about: dict, run_dir: Path, store: Path) -> None:
     settings.update({"STORE": str(here.root.resolve()), "STORE created": here.manifest.get("created")})
     write_folder(Path(run_dir) / CHECKPOINTS, [Path(folder) / name for name in about["files"] if name != SETTINGS],
                  {SETTINGS: json.dumps(settings, indent=2)}, replace=False)
+
+
+ZOO_CHECKSUMS = "zoo-checksums"  # the folder beside a scale's recorded results: the zoos carried cells trained on
+
+
+def record_zoo(store: Path, recorded: Path, scale: str, column: str) -> Path | None:
+    """Keep the checksum record (``zoo checksums``) of the zoo a carried cell trains on in
+    ``recorded/SCALE/zoo-checksums/COLUMN-ID.json``, so that the next machine, whose zoo is remade, can
+    tell with ``zoo compare`` which of its parts differ (where its IDs do). A record of the same content
+    there gains what it lacks (the networks ID and column digests of records written before them) and
+    this machine's CPU in ``machines`` (each CPU that made this content). Returns the file written (None:
+    already complete, or the store has no content ID)."""
+    from zoo.store.compare import record
+    from zoo.store.identity import short
+    from zoo.store.manifest import machine_description
+
+    made = record(store)
+    if made["content_id"] is None:
+        return None
+    path = Path(recorded) / scale / ZOO_CHECKSUMS / f"{column}-{short(made['content_id'])}.json"
+    cpu = (made.get("machine") or machine_description())["cpu"]
+    if path.is_file():
+        kept = json.loads(path.read_text())
+        if kept.get("content_id") != made["content_id"]:
+            raise CarriedError(f"{path} records another zoo ({kept.get('content_id')}); restore it from git")
+        machines = kept.get("machines") or [(kept.get("machine") or {"cpu": kept.get("cpu")}).get("cpu")]
+        changed = {k: made[k] for k in ("networks_id", "columns", "checksum_record") if kept.get(k) is None}
+        if not any(_same_cpu(cpu, known) for known in machines if known):
+            changed["machines"] = [*[m for m in machines if m], cpu]
+        if not changed:
+            return None
+        made = {**kept, **changed}
+    else:
+        made["machines"] = [cpu]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(made, indent=1) + "\n")
+    return path
+
+
+def _same_cpu(a: dict, b: dict) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("model name", "cpu family", "model"))

@@ -86,7 +86,8 @@ from zoo.options import require_positive
 from zoo.store import WeightStore
 
 from . import domain_adaptation, generalization, inr_classification, sine_regression
-from .carried import carried_folder, carry, checkpoint_files, mismatch, put_back, read_about, store_identity
+from .carried import (carried_folder, carry, checkpoint_files, mismatch, put_back, read_about, record_zoo,
+                      store_identity)
 from .common import Scale, write_report
 from .inr_classification import DATASETS, FMNIST, inr_store
 
@@ -701,6 +702,9 @@ def carry_cells(out_root: Path, recorded: Path, log=print) -> int:
                 carried += 1
                 log(f"{scale} {column} {model}: {progress.epochs} of {cell['epochs_planned']} epochs carried in "
                     f"{shown_path(folder)}")
+                zoo = record_zoo(recorded_store(cell), recorded, scale, column)
+                if zoo is not None:
+                    log(f"{scale} {column} {model}: its zoo's checksums recorded in {shown_path(zoo)}")
             else:
                 log(f"{scale} {column} {model}: not carried: {why_not}")
     return carried

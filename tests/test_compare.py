@@ -180,3 +180,26 @@ def test_compare_names_the_table_columns_that_differ(tiny_store, tmp_path):
         assert "columns that differ: psnr" in result.output and "different: table (the networks are equal)" \
             in result.output
         assert "networks ID: equal" in result.output
+
+
+def test_a_carried_cells_zoo_record_is_kept_and_completed(tiny_store, tmp_path):
+    """pipelines.carried.record_zoo: written once; a record of the same zoo from before networks IDs (session
+    23's, by hand, its CPU at the top level) gains them and this machine's CPU; another zoo's is refused."""
+    import pytest
+
+    from pipelines.carried import CarriedError, record_zoo
+
+    path = record_zoo(tiny_store, tmp_path, "smoke", "mnist")
+    first = json.loads(path.read_text())
+    assert record_side(path).content_id == read_manifest(tiny_store)["content_id"]
+    assert record_zoo(tiny_store, tmp_path, "smoke", "mnist") is None  # nothing to add
+    older = {k: first[k] for k in ("content_id", "command", "software", "entries")}
+    older["cpu"] = {"model name": "Some Xeon", "cpu family": 6, "model": 143}
+    path.write_text(json.dumps(older))
+    assert record_zoo(tiny_store, tmp_path, "smoke", "mnist") == path
+    again = json.loads(path.read_text())
+    assert again["networks_id"] == first["networks_id"] and again["columns"] == first["columns"]
+    assert again["machines"] == [older["cpu"], first["machine"]["cpu"]] and again["cpu"] == older["cpu"]
+    path.write_text(json.dumps({**older, "content_id": "sha256:" + "0" * 64}))
+    with pytest.raises(CarriedError, match="records another zoo"):
+        record_zoo(tiny_store, tmp_path, "smoke", "mnist")

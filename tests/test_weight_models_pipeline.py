@@ -723,10 +723,15 @@ def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_
     lines = []
     assert weight_models.carry_cells(first, records, log=lines.append) == 1
     folder = records / "smoke" / "carried" / "mnist-mlp"
-    assert lines == [f"smoke mnist mlp: 1 of 2 epochs carried in {folder}"]
     about = json.loads((folder / "carried.json").read_text())
     store = Path(cells(first / "smoke")["mlp"]["zoo_train"].split()[2])
     assert about["content_id"] == weight_models.WeightStore(store).manifest["content_id"]
+    zoo = records / "smoke" / "zoo-checksums" / f"mnist-{about['content_id'][7:23]}.json"
+    assert lines == [f"smoke mnist mlp: 1 of 2 epochs carried in {folder}",
+                     f"smoke mnist mlp: its zoo's checksums recorded in {zoo}"]
+    kept = json.loads(zoo.read_text())  # what the next machine's `zoo compare` reads
+    assert (kept["content_id"], kept["networks_id"]) == (about["content_id"], about["networks_id"])
+    assert kept["machines"] == [kept["machine"]["cpu"]] and "arrays/W1/c/0/0/0" in kept["entries"]
     assert about["content_id"].startswith("sha256:") and about["epochs_done"] == 1
     assert sorted(p.name for p in folder.iterdir()) == ["carried.json", "lr0.001-seed0.pt", "settings.json"]
 
