@@ -51,9 +51,11 @@ def test_a_store_generated_on_s3_equals_the_local_one(tiny_store, s3_store):
 
 def test_every_reader_takes_the_s3_url(tiny_store, s3_store, tmp_path):
     runner = CliRunner()
-    for command in (["info", s3_store], ["verify", s3_store], ["show", s3_store, "--out", str(tmp_path / "g.png")]):
+    for command in (["info", s3_store], ["verify", s3_store], ["show", s3_store, "--out", str(tmp_path / "g.png")],
+                    ["compare", s3_store, str(tiny_store)], ["checksums", s3_store]):
         result = runner.invoke(cli.main, command)
         assert result.exit_code == 0, result.output
+    assert "identical" in runner.invoke(cli.main, ["compare", str(tiny_store), s3_store]).output
     assert (tmp_path / "g.png").stat().st_size > 0
     kw = dict(batch_size=7, target="label", seed=3, in_memory=False, buffer_chunks=2)
     for a, b in zip(WeightStoreLoader(tiny_store, "train", **kw), WeightStoreLoader(s3_store, "train", **kw),
