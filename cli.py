@@ -330,10 +330,9 @@ def compare(a, b, examples):
     networks. Exits 0 when identical, 1 when not (as `cmp`)."""
     from zoo.store.compare import compare as compare_sides
     from zoo.store.compare import side
+    from zoo.store.location import is_url
 
     for what in (a, b):
-        from zoo.store.location import is_url
-
         if not (is_url(what) or Path(what).exists()):
             raise click.BadParameter(f"{what!r} is neither a store, a URL nor a checksum record (.json)")
     found = compare_sides(side(a), side(b))

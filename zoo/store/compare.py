@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .format import STATS_GROUP, STATUS_COMPLETE, StoreError
 from .identity import KEY as ID_KEY
-from .identity import checksum_entries, column_digests, networks_id, short
+from .identity import checksum_entries, column_digests, networks_id_of, short
 
 RECORD_VERSION = 1
 PARTS = ("parameters", "statistics", "table", "metadata")
@@ -84,7 +84,7 @@ class Comparison:
 
     @property
     def identical(self) -> bool:
-        return not any(self.differ[p] or self.only_a[p] or self.only_b[p] for p in PARTS)
+        return not self.differing_parts()
 
     def differing_parts(self) -> list[str]:
         return [p for p in PARTS if self.differ[p] or self.only_a[p] or self.only_b[p]]
@@ -93,16 +93,12 @@ class Comparison:
         lines = [f"A: {self.a.label}  {self.a.content_id or '(no content ID)'}{_made_on(self.a.made_on)}",
                  f"B: {self.b.label}  {self.b.content_id or '(no content ID)'}{_made_on(self.b.made_on)}"]
         for part in PARTS:
-            total = len(self.equal[part]) + len(self.differ[part]) + len(self.only_a[part]) + len(self.only_b[part])
+            counts = {"equal": self.equal[part], "differ": self.differ[part], "only in A": self.only_a[part],
+                      "only in B": self.only_b[part]}
+            total = sum(map(len, counts.values()))
             if not total:
                 continue
-            words = [f"{len(self.equal[part])} equal"]
-            if self.differ[part]:
-                words.append(f"{len(self.differ[part])} differ")
-            if self.only_a[part]:
-                words.append(f"{len(self.only_a[part])} only in A")
-            if self.only_b[part]:
-                words.append(f"{len(self.only_b[part])} only in B")
+            words = [f"{len(paths)} {word}" for word, paths in counts.items() if paths or word == "equal"]
             lines.append(f"{part:<11} {total:>5} files: {', '.join(words)}")
             if part == "parameters" and self.differ[part]:
                 rows = sorted({r for r in map(_chunk_row, self.differ[part]) if r is not None})
@@ -195,10 +191,12 @@ def store_side(store) -> Side:
         raise StoreError(f"{store} has no chunk checksums (format v1): there is nothing to compare; remake it "
                          f"with this version to compare it")
     manifest = opened.manifest
-    complete = manifest.get("status") == STATUS_COMPLETE
-    finished = None if complete else set(manifest.get("complete_chunks", []))
-    return Side(str(store), manifest.get(ID_KEY), entries, manifest.get("machine") or {}, manifest, finished,
-                networks_id(opened.root, manifest), column_digests(opened.root, manifest) if complete else None)
+    if manifest.get("status") != STATUS_COMPLETE:
+        return Side(str(store), manifest.get(ID_KEY), entries, manifest.get("machine") or {}, manifest,
+                    set(manifest.get("complete_chunks", [])))
+    columns = column_digests(opened.root, manifest)  # the table read once, for both
+    return Side(str(store), manifest.get(ID_KEY), entries, manifest.get("machine") or {}, manifest, None,
+                networks_id_of(manifest, entries, columns), columns)
 
 
 def record_side(path) -> Side:

@@ -26,7 +26,7 @@ import hashlib
 import json
 
 from .checksum import crc32c
-from .format import STATS_GROUP
+from .format import STATS_GROUP, STATUS_COMPLETE
 from .location import UrlRoot
 
 KEY = "content_id"
@@ -92,17 +92,27 @@ def networks_id(root, manifest: dict) -> str | None:
     the fit's diagnostics (MSE, PSNR, steps: evaluated with whatever BLAS the machine has), the Parquet
     and ``zarr.json`` bytes (a library's version is in them) and everything else; ``None`` where the
     store is unfinished or its chunks carry no checksums."""
-    if manifest.get("status") != "complete":
+    if manifest.get("status") != STATUS_COMPLETE:
         return None
     entries = checksum_entries(root, manifest)
     if entries is None:
         return None
+    return networks_id_of(manifest, entries, column_digests(root, manifest, read_columns(manifest)))
+
+
+def read_columns(manifest: dict) -> list[str]:
+    """The table's columns a training reads: ``READ_COLUMNS`` and the manifest's targets."""
+    return [*READ_COLUMNS, *(manifest.get("targets") or [])]
+
+
+def networks_id_of(manifest: dict, entries: dict[str, str], digests: dict[str, str]) -> str:
+    """:func:`networks_id` from a complete store's ``checksum_entries`` and ``column_digests`` (of at
+    least its :func:`read_columns`), for a caller that holds them already."""
     lines = [f"{path}\t{crc}" for path, crc in sorted(entries.items())
              if path.startswith(f"{manifest.get('arrays', '')}/") and not path.endswith("zarr.json")]
     described = {key: manifest.get(key) for key in ("kind", "architecture", "parameters", "splits", "targets")}
     lines.append("manifest\t" + json.dumps(described, sort_keys=True, separators=(",", ":")))
-    read = [*READ_COLUMNS, *(manifest.get("targets") or [])]
-    lines += [f"column {name}\t{digest}" for name, digest in sorted(column_digests(root, manifest, read).items())]
+    lines += [f"column {name}\t{digests[name]}" for name in sorted(read_columns(manifest)) if name in digests]
     return NETWORKS_PREFIX + hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()
 
 
