@@ -149,6 +149,25 @@ def test_native_and_reference_fits_agree(monkeypatch):
         np.testing.assert_allclose(native_fit.psnr, other.psnr, atol=0.01)
 
 
+@needs_native
+def test_a_native_fit_reports_the_native_steps_mse_of_its_final_networks(monkeypatch):
+    """The table's MSE and PSNR of a native fit come from the C step on the final networks, never from
+    PyTorch's forward (its BLAS differs by CPU vendor: MKL on Intel), so the same networks get the same
+    table on every x86-64 CPU with AVX2; early stops and compaction included."""
+    spec, grid = SirenSpec((2, 8, 12, 1)), Grid2D.square(16)
+    targets = torch.rand(6, 256, 1, generator=torch.Generator().manual_seed(5))
+    targets[:3] = 0.5 + 0.01 * targets[:3]  # near-constant images: these stop early, the others don't
+    cfg = FitConfig(steps=60, lr=1e-2, psnr_stop=25.0)
+    monkeypatch.setattr("zoo.fit.fitter.mse_and_grads", lambda *args: pytest.fail("PyTorch's forward evaluated a native fit"))
+    fit = fit_batch(spec, grid, targets, range(6), 4, cfg)
+    assert fit.implementation == "native-c" and 0 < int((fit.steps < cfg.steps).sum()) < 6  # some stopped early
+    weights, biases = [torch.from_numpy(w) for w in fit.weights], [torch.from_numpy(b) for b in fit.biases]
+    expected = NativeSirenStep(spec, grid, 6)(spec, weights, biases, grid, targets)[0]
+    assert np.array_equal(fit.mse, expected.numpy())
+    torch.testing.assert_close(torch.from_numpy(fit.mse), mse_and_grads(spec, weights, biases, grid, targets)[0],
+                               rtol=1e-5, atol=1e-8)
+
+
 def _library_in_subprocess(tmp_path, **env):
     code = ("import warnings; warnings.simplefilter('always')\n"
             "from zoo.fit import native; print('LOADED' if native.library() is not None else 'NONE')")

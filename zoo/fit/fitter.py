@@ -260,13 +260,19 @@ def _fit_group(spec, coords, targets, indices, seed, config, peak, device, backe
             working, frozen = working[keep], frozen[keep]
             targets_w = all_targets[working]
     write_back(torch.arange(len(working), device=device), working)
-    return _result(spec, final_w, final_b, coords, all_targets, peak, steps_taken, backend)
+    evaluate = step_fn if backend == "native-c" else mse_and_grads
+    return _result(spec, final_w, final_b, coords, all_targets, peak, steps_taken, backend, evaluate)
 
 
-def _result(spec, weights, biases, coords, targets, peak, steps_taken, implementation) -> FitResult:
-    """The fitted networks on the host, their final MSE and PSNR evaluated by the PyTorch forward."""
+def _result(spec, weights, biases, coords, targets, peak, steps_taken, implementation,
+            evaluate=mse_and_grads) -> FitResult:
+    """The fitted networks on the host, their final MSE and PSNR evaluated by ``evaluate`` (a step's
+    ``(spec, weights, biases, coords, targets) -> (mse, ...)``). The native C step evaluates its own
+    networks: its sums run in a fixed order on every x86-64 CPU with AVX2, where PyTorch's forward goes
+    through the BLAS, whose kernels differ by CPU vendor (MKL on Intel), so the same networks' table
+    would differ between an Intel and an AMD machine (docs/store-format.md, "Which part differs")."""
     with torch.no_grad():
-        final_mse = mse_and_grads(spec, weights, biases, coords, targets)[0]
+        final_mse = evaluate(spec, weights, biases, coords, targets)[0].clone()
     return FitResult(
         weights=[w.cpu().numpy() for w in weights],
         biases=[b.cpu().numpy() for b in biases],

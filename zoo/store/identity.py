@@ -15,9 +15,10 @@ folder), so the same networks written anywhere give the same ID; one changed val
 chunk's crc32c and so the ID. Only stores whose chunks carry checksums (format v2) have one.
 
 ``networks_id`` is narrower: what a model trained on the store reads, and nothing else (see its
-docstring). Two machines that fit the same networks but evaluate their final MSE with another BLAS
-code path (MKL takes Intel-only kernels on Intel CPUs) have different content IDs and the same
-networks ID, so a training carried from one resumes on the other.
+docstring). Two stores of the same networks whose tables differ (made before 2026-12-02, when PyTorch's
+forward, through the BLAS, evaluated the final MSE, and MKL takes Intel-only kernels on Intel CPUs;
+or one made before and one after) have different content IDs and the same networks ID, so a training
+carried from one resumes on the other.
 """
 
 from __future__ import annotations
