@@ -657,8 +657,8 @@ def test_the_committed_records_stand_for_the_cells_the_pipeline_trains_now():
 
 def test_the_committed_carried_cells_continue_the_cells_the_pipeline_trains_now():
     """docs/recorded/weight-models/*/carried: each carried cell is of the model's code now, its zoo train
-    command is the one its cell runs now (at its lr), and its files are whole checkpoints, so a new machine
-    resumes it instead of training the cell from its start."""
+    command is the one its cell runs now (at its lr), and its files are whole checkpoints (one training at a
+    time: at most one unfinished), so a new machine resumes it instead of training the cell from its start."""
     recorded = weight_models.CHECKOUT / "docs" / "recorded" / "weight-models"
     folders = sorted(p.parent for p in recorded.glob("*/carried/*/carried.json"))
     if not folders:
@@ -676,9 +676,48 @@ def test_the_committed_carried_cells_continue_the_cells_the_pipeline_trains_now(
         assert carried.mismatch(about, ran, runs, weight_models.model_version(model),
                                 {"content_id": about["content_id"]}) is None
         assert about["content_id"].startswith("sha256:") and 0 < about["epochs_done"] < about["epochs_planned"]
-        for name in about["files"]:
-            if name.endswith(".pt"):
-                assert Checkpoint(folder / name, name).read()["status"] == "training"
+        # an lr search carries its finished candidates (reused on resume) beside the one in training
+        statuses = [Checkpoint(folder / name, name).read()["status"] for name in about["files"] if name.endswith(".pt")]
+        assert statuses and set(statuses) <= {"training", "finished"} and statuses.count("training") <= 1
+
+
+def test_a_carried_lr_search_resumes_on_a_new_machine_reusing_its_finished_candidates(stores, tmp_path, monkeypatch):
+    """A cell stopped inside its lr search (one candidate finished, the next one epoch in) is carried with
+    both checkpoints; a new machine reuses the finished candidate, resumes the other, and chooses the lr
+    and reaches the numbers of a search never stopped."""
+    whole = tmp_path / "whole" / "smoke"
+    weight_models.run("smoke", whole, 1, ["mlp"], log=QUIET, stores=stores)
+    uninterrupted = cells(whole)["mlp"]
+    assert len(uninterrupted["lr_search"]) > 2
+
+    real_save, saved = Checkpoint.save, []
+
+    def save_then_interrupt_at_the_third(self, objects, values):  # candidate 1's two epochs, candidate 2's first
+        real_save(self, objects, values)
+        saved.append(self.path.stem)
+        if len(saved) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpoint, "save", save_then_interrupt_at_the_third)
+    first, records = tmp_path / "first", tmp_path / "records"
+    with pytest.raises(KeyboardInterrupt):
+        weight_models.run("smoke", first / "smoke", 1, ["mlp"], log=QUIET, stores=stores)
+    monkeypatch.setattr(Checkpoint, "save", real_save)
+    assert saved[0] == saved[1] != saved[2]
+    assert weight_models.carry_cells(first, records, log=QUIET) == 1
+    folder = records / "smoke" / "carried" / "mnist-mlp"
+    about = json.loads((folder / "carried.json").read_text())
+    statuses = {name[:-3]: Checkpoint(folder / name, name).read()["status"] for name in about["files"]
+                if name.endswith(".pt")}
+    assert statuses == {saved[0]: "finished", saved[2]: "training"} and about["epochs_done"] == 3
+
+    lines = []
+    weight_models.run("smoke", tmp_path / "second" / "smoke", 1, ["mlp"], log=lines.append, stores=stores,
+                      recorded=records)
+    assert any(line.startswith(f"mlp: resuming the run carried in {folder}: 3 of ") for line in lines)
+    resumed = cells(tmp_path / "second" / "smoke")["mlp"]
+    assert resumed["status"] == "done" and resumed["lr_search"] == uninterrupted["lr_search"]
+    assert (resumed["lr"], resumed["test_accuracy"]) == (uninterrupted["lr"], uninterrupted["test_accuracy"])
 
 
 def test_every_stage_of_the_queue_names_a_cell_the_pipeline_trains():
