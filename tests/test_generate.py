@@ -42,7 +42,10 @@ def reference_store(tmp_path_factory):
     return out
 
 
-def test_ray_workers_give_the_same_store_as_one_process(reference_store, tmp_path):
+def test_ray_workers_give_the_same_store_as_one_process(reference_store, tmp_path, monkeypatch):
+    """Embedded Ray starts a cluster of its own, also where the environment names another (RAY_ADDRESS,
+    as a `ray start` on the same machine would): before, Ray connected to it and refused num_cpus."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")  # nothing listens there
     out = tmp_path / "ray"
     generate(GenerateOptions(out=str(out), workers=2, use_ray=True, **SMALL), log=lambda *_: None)
     assert_same_store(reference_store, out)

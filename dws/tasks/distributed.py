@@ -104,8 +104,10 @@ def train_distributed(opts: TrainOptions, log=print) -> dict:
         quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         if opts.address:
             ray.init(address=opts.address, **quiet)
-        else:  # a local single-node cluster on loopback, with a CPU slot per worker even on small machines
-            ray.init(num_cpus=max(os.cpu_count() or 1, opts.workers), _node_ip_address="127.0.0.1", **quiet)
+        else:  # a local single-node cluster of its own ("local": not one RAY_ADDRESS or a `ray start` names)
+            # on loopback, with a CPU slot per worker even on small machines
+            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, opts.workers), _node_ip_address="127.0.0.1",
+                     **quiet)
         started = True
     log(f"data-parallel training on {opts.workers} Ray Train workers ({'nccl, GPU' if use_gpu else 'gloo, CPU'}); "
         f"worker log: {run_dir / 'train.log'}")

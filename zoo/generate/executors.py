@@ -60,8 +60,8 @@ class RayExecutor:
         if self.started_here:
             if address:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+            else:  # "local": a cluster of its own, even where RAY_ADDRESS or a `ray start` names another
+                ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
         self.options = {"num_cpus": 1, "num_gpus": gpus_per_task, "max_retries": 2,
                         "runtime_env": {"env_vars": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}}}
 
