@@ -114,7 +114,7 @@ def measure(args) -> dict:
     return row
 
 
-def main():
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--widths", type=lambda s: [int(x) for x in s.split(",")], default=[784, 128, 128, 128, 10])
     p.add_argument("--models", type=lambda s: s.split(","), default=list(DEFAULT_MODELS))
@@ -133,6 +133,11 @@ def main():
                    help="also time each model's step under bfloat16 autocast (as zoo train --precision bf16), "
                         "alternated with its float32 steps")
     p.add_argument("--model", help=argparse.SUPPRESS)  # a worker process: measure this one model
+    return p
+
+
+def main():
+    p = parser()
     args = p.parse_args()
     try:
         args.device = resolve_device(args.device)

@@ -30,9 +30,13 @@ def test_gpu_session_skips_cuda_stages_cleanly_on_a_cpu(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour")
 def test_the_optional_gencells_stage_skips_on_a_cpu_and_its_commands_run(tmp_path):
-    """Not a default stage; on a CPU it skips. Its benchmark commands, run here on small networks (the
-    same flags, then --device cpu and tiny widths, which argparse lets override), name real models and
-    options, so a borrowed GPU's minutes are not lost to a typo."""
+    """Not a default stage; on a CPU it skips. Its benchmark commands name real options and models, so a
+    borrowed GPU's minutes are not lost to a typo: each command line is parsed by the benchmark's own
+    parser, and its models run a step here, all in one run on small networks (the commands' other flags,
+    then --device cpu, tiny widths and batch 1, which argparse lets override)."""
+    from benchmark_helpers import load_benchmark
+    from dws.tasks.options import MODELS
+
     results = tmp_path / "results"
     done = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_session.sh"), "gencells"], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "RESULTS": str(results),
@@ -46,14 +50,18 @@ def test_the_optional_gencells_stage_skips_on_a_cpu_and_its_commands_run(tmp_pat
     commands = [line.strip().removeprefix("$PY ") for line in body.splitlines()
                 if line.strip().startswith("$PY benchmarks/weight_models.py")]
     assert len(commands) == 3
+    benchmark = load_benchmark()
+    models = []
     for command in commands:
-        args = command.split()[1:] + ["--device", "cpu", "--widths", "12,6,6,3", "--iters", "1", "--threads", "1"]
-        ran = subprocess.run([sys.executable, str(ROOT / "benchmarks/weight_models.py"), *args], capture_output=True,
-                             text=True, timeout=300, cwd=ROOT)
-        assert ran.returncode == 0, command + ran.stdout + ran.stderr
-        models = command.split("--models ")[1].split()[0].split(",")
-        table = ran.stdout[ran.stdout.index("model "):]
-        assert all(f"\n{model} " in table for model in models), ran.stdout
+        args = benchmark.parser().parse_args(command.split()[1:])  # an unknown flag: SystemExit here
+        assert args.device == "cuda" and set(args.models) <= set(MODELS), command
+        models += args.models
+    ran = subprocess.run([sys.executable, str(ROOT / "benchmarks/weight_models.py"), "--models", ",".join(models),
+                          "--device", "cpu", "--widths", "12,6,6,3", "--batch", "1", "--iters", "1", "--threads", "1"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    table = ran.stdout[ran.stdout.index("model "):]
+    assert all(f"\n{model} " in table for model in models), ran.stdout
 
 
 def test_gpu_session_refuses_an_unknown_stage(tmp_path):

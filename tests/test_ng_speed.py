@@ -17,6 +17,7 @@ from dws.ng.construct import GraphConstructor
 from dws.ng.pna import PNAConv
 from dws.ng.relational import RelationalAttention
 import dws.ops.linear
+from benchmark_helpers import load_benchmark
 from test_graph_speedup import dense_attention, random_graph
 from test_nfn import random_space, random_widths
 
@@ -242,17 +243,6 @@ def test_torch_compile_traces_the_edge_convolutions_without_a_graph_break(model,
         explanation = torch._dynamo.explain(net)(ws)
         counts[min_rows] = (explanation.graph_count, explanation.graph_break_count)
     assert counts[1] == counts[10**12]
-
-
-def load_benchmark():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "weight_models.py"
-    spec = importlib.util.spec_from_file_location("weight_models_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("compiles", [True, False])

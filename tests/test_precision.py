@@ -164,13 +164,10 @@ def test_the_benchmark_times_each_models_bf16_step_beside_its_float32_one(monkey
     trainer's own autocast context (seen here: each bf16 step enters it), and the table gives the
     speedup and the ratio to the DWSNet's float32 step."""
     import argparse
-    import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "weight_models.py"
-    spec = importlib.util.spec_from_file_location("weight_models_benchmark", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from benchmark_helpers import load_benchmark
+
+    bench = load_benchmark()
     entered = []
     real = bench.step_precision
     monkeypatch.setattr(bench, "step_precision", lambda config: entered.append(config.precision) or real(config))
