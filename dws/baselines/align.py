@@ -22,7 +22,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from dws.baselines.common import num_weights
 from dws.baselines.mlp import MLPBaseline
@@ -79,6 +78,8 @@ def _forward_start(ws: WeightSpace, ref: WeightSpace) -> list[Tensor]:
 
 def _assign(scores: Tensor) -> Tensor:
     """Per-sample maximum-weight assignment ``[B, d, d] -> [B, d]`` (one LSA call per sample)."""
+    from scipy.optimize import linear_sum_assignment  # here: scipy.optimize takes ~1 s to import, and every
+    # `zoo train` imports this module, aligning or not
     cost = scores.detach().cpu().numpy()
     cols = np.stack([linear_sum_assignment(c, maximize=True)[1] for c in cost])
     return torch.from_numpy(cols).to(scores.device)
