@@ -128,6 +128,7 @@ NOT_RUN, RUNNING, UNFINISHED, DONE = "not run", "running", "unfinished", "done"
 # had lost every run directory twice (sessions 12 and 20), so without these it retrained days of cells
 CHECKOUT = Path(__file__).resolve().parents[1]
 RECORDED = CHECKOUT / "docs" / "recorded" / "weight-models"
+TABLE = "table.md"  # RECORDED/table.md: the recorded cells as one table (write_recorded_table), linked by the README
 # a cell zoo train refused to train (e.g. a model it cannot size for the zoo, or a --max-memory too small):
 # its reason (the cell's "refused") shown as "not run: REASON" in the tables; a rerun tries again
 REFUSED = "refused"
@@ -811,8 +812,9 @@ def write_table(out: Path, scale_name: str, column: str, store: Path, cells: dic
                          "epochs done / planned", "wall time", "command"], rows, notes)
 
 
-def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> str:
-    """A cell of the summary: the metric of a finished run, else what became of it."""
+def summary_cell(column: str, cell: dict | None, model: str, metric: Metric, marked: bool = True) -> str:
+    """A cell of the summary: the metric of a finished run (``marked``: "(recorded)" after one finished
+    elsewhere), else what became of it."""
     if model not in COLUMNS[column].models:
         return "— (invariant model)"
     if cell is None or cell["status"] == NOT_RUN:
@@ -820,7 +822,7 @@ def summary_cell(column: str, cell: dict | None, model: str, metric: Metric) -> 
     if superseded(cell):
         return superseded_note(cell)
     if cell["status"] == DONE:
-        return metric.show(cell[metric.key]) + (" (recorded)" if "recorded" in cell else "")
+        return metric.show(cell[metric.key]) + (" (recorded)" if marked and "recorded" in cell else "")
     if cell["status"] in (REFUSED, DIVERGED):
         return shown_status(cell)
     # the checkpoints now (the results file says how far the cell was when the pipeline last wrote it)
@@ -843,19 +845,16 @@ def carried_cell(column: str, about: dict) -> str:
             f"when its column runs")
 
 
-def write_summary(out_root: Path, scales: dict | None = None, recorded: Path | None = None) -> Path:
-    """``OUT/summary.md``: one table of every column's cells at its table scale (``scales``: column: scale,
-    for the columns to show otherwise); rows are issue 32's models, then any other model a column has; a
-    cell this machine has not finished shows the recorded one where there is one (``recorded``)."""
-    scales = {c: spec.table_scale for c, spec in COLUMNS.items()} | dict(scales or {})
-    found = {c: known_cells(out_root / scale, c, recorded_cells(recorded, scale, c)) for c, scale in scales.items()}
+def summary_table(found: dict, scales: dict, recorded: Path | None, marked: bool = True):
+    """The summary's header and rows: issue 32's models, then any other model a column has (``found``:
+    column: its cells), each metric beside the published one where the issue names one; a cell not run shows
+    the carried run of another machine where ``recorded`` holds one."""
     models = list(dict.fromkeys([*MODELS, *(m for cells in found.values() for m in cells)]))
-    shown = [(c, m) for c in scales for m in COLUMNS[c].metrics]
     header, rows = ["model"], [[f"`{model}`"] for model in models]
-    for c, m in shown:  # each metric, then the published one beside it where the issue names one
+    for c, m in ((c, m) for c in scales for m in COLUMNS[c].metrics):
         header.append(f"{COLUMNS[c].short}, {m.header} ({scales[c]})")
         for row, model in zip(rows, models):
-            shown_cell = summary_cell(c, found[c].get(model), model, m)
+            shown_cell = summary_cell(c, found[c].get(model), model, m, marked)
             about = None if shown_cell != NOT_RUN or recorded is None else \
                 read_about(carried_folder(recorded, scales[c], c, model))
             row.append(shown_cell if about is None else carried_cell(c, about))
@@ -864,15 +863,58 @@ def write_summary(out_root: Path, scales: dict | None = None, recorded: Path | N
             header.append(f"{COLUMNS[c].short}, {m.header}, published ({PUBLISHED_WHERE.get(c, 'its paper')})")
             for row, model in zip(rows, models):
                 row.append(published.get(model, "—"))
+    return header, rows
+
+
+PROTOCOL_NOTE = ("each cell: one seed, the lr chosen on val (at ci; full takes ci's), the model's parameters and the "
+                 "command that made it in its column's report; `python -m pipelines.weight_models --help` says each "
+                 "column's protocol")
+
+
+def write_summary(out_root: Path, scales: dict | None = None, recorded: Path | None = None) -> Path:
+    """``OUT/summary.md``: one table of every column's cells at its table scale (``scales``: column: scale,
+    for the columns to show otherwise); a cell this machine has not finished shows the recorded one where
+    there is one (``recorded``)."""
+    scales = {c: spec.table_scale for c, spec in COLUMNS.items()} | dict(scales or {})
+    found = {c: known_cells(out_root / scale, c, recorded_cells(recorded, scale, c)) for c, scale in scales.items()}
+    header, rows = summary_table(found, scales, recorded)
     notes = [f"{COLUMNS[c].title}: {results_path(out_root / scale, c).with_name(f'report-{c}.md')}"
              + ("" if found[c] else " (not run yet)") for c, scale in scales.items()]
-    notes += ["each cell: one seed, the lr chosen on val (at ci; full takes ci's), the model's parameters and the "
-              "command that made it in its column's report; `python -m pipelines.weight_models --help` says each "
-              "column's protocol"]
+    notes.append(PROTOCOL_NOTE)
     elsewhere = sorted({cell["recorded"] for cells in found.values() for cell in cells.values() if "recorded" in cell})
     if elsewhere:
         notes.append(f"(recorded): finished on another machine; its numbers and commands in {', '.join(elsewhere)}")
     return write_report(out_root / "summary.md", "Weight-space models (issue 32): every column", header, rows, notes)
+
+
+def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
+    """``RECORDED/table.md``, the table the README links: the summary of the recorded cells alone (and the
+    carried ones), whatever machine writes it, with the command of every cell (``scales`` as
+    :func:`write_summary`'s). ``--record`` rewrites it, so that it is current wherever the records are
+    committed."""
+    recorded = Path(recorded)
+    scales = {c: spec.table_scale for c, spec in COLUMNS.items()} | dict(scales or {})
+    found = {c: recorded_cells(recorded, scale, c) for c, scale in scales.items()}
+    header, rows = summary_table(found, scales, recorded, marked=False)
+
+    def link(scale: str, column: str) -> str:
+        name = results_path(Path(scale), column).as_posix()
+        return f"[{name}]({name})"
+
+    notes = [f"{COLUMNS[c].title} ({scale}): " + (link(scale, c) if found[c] else "nothing recorded yet")
+             for c, scale in scales.items()]
+    notes += [PROTOCOL_NOTE.replace("in its column's report", "below and in its column's file"),
+              "not run: no finished cell recorded yet (the queue, `pipelines/weight_models_queue.sh`, fills them); "
+              "carried: an unfinished cell's checkpoints, committed, which the next machine resumes",
+              "written by `python -m pipelines.weight_models --record`; do not edit it by hand"]
+    for c, scale in scales.items():
+        for model, cell in found[c].items():
+            params = f", {cell['params']:,} parameters" if cell.get("params") else ""
+            rebuilt = " (rebuilt from the docs' numbers: its file's `reconstructed` says what is exact)" \
+                if "reconstructed" in cell else ""
+            notes.append(f"{COLUMNS[c].short} ({scale}), `{model}`: lr {cell['lr']:g} (chosen on {cell['lr_from']})"
+                         f"{params}: `{cell['zoo_train']}`{rebuilt}")
+    return write_report(recorded / TABLE, "Weight-space models (issue 32): the recorded table", header, rows, notes)
 
 
 def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print, column: str = "mnist",
@@ -990,8 +1032,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"write OUT/summary.md, every column's cells at the table's scale ({table_scales}); "
                         "trains nothing")
     p.add_argument("--record", action="store_true",
-                   help="copy every cell finished under --out (each scale and column) into --recorded, the files to "
-                        "commit; trains nothing")
+                   help="copy every cell finished under --out (each scale and column) into --recorded, carry the "
+                        f"unfinished ones small enough, and write the table of the recorded cells, {TABLE}, there: "
+                        "the files to commit; trains nothing")
     p.add_argument("--recorded", default=shown_path(RECORDED),
                    help="cells finished on other machines, which a machine without their run directories takes "
                         "instead of retraining them (default: %(default)s; none: ignore them)")
@@ -1015,8 +1058,9 @@ def main(argv=None):
             if recorded is None:
                 raise ValueError("--record needs a --recorded folder to write to")
             added, carried = record_cells(Path(args.out), recorded), carry_cells(Path(args.out), recorded)
-            print(f"{added} cell(s) recorded, {carried} unfinished cell(s) carried in {shown_path(recorded)}"
-                  + (": commit them" if added or carried else ""))
+            table = write_recorded_table(recorded)
+            print(f"{added} cell(s) recorded, {carried} unfinished cell(s) carried in {shown_path(recorded)}; "
+                  f"the table: {shown_path(table)}" + (": commit them" if added or carried else ""))
             return
         if args.summary:
             print(write_summary(Path(args.out), recorded=recorded).read_text())

@@ -589,6 +589,13 @@ def test_a_cell_finished_on_another_machine_is_taken_from_the_records_not_retrai
                                           recorded=records).read_text()
     assert f"| `dwsnet` | {100 * finished['dwsnet']['test_accuracy']:.2f} (recorded) | 85.71 | not run |" in summary
     assert f"(recorded): finished on another machine; its numbers and commands in {recorded_file}" in summary
+    # the committed table: the recorded cells alone, unmarked, each with the command that made it
+    table = weight_models.write_recorded_table(records, {c: "smoke" for c in weight_models.COLUMNS}).read_text()
+    assert f"| `dwsnet` | {100 * finished['dwsnet']['test_accuracy']:.2f} | 85.71 | not run |" in table
+    assert "(recorded)" not in table and "[smoke/results-mnist.json](smoke/results-mnist.json)" in table
+    for model in MODELS:
+        assert f"`{model}`: lr {finished[model]['lr']:g} (chosen on val)" in table
+        assert f"`{finished[model]['zoo_train']}`" in table
     # this machine's own results are not recorded again (nothing finished here)
     assert weight_models.record_cells(second, records) == 0
 
@@ -780,6 +787,8 @@ def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_
     best = f"{100 * about['best_val']:.2f} (epoch 1)"
     assert f"| `mlp` | carried 1/2 epochs, best val {best}: another machine's run, resumed when its column runs |" \
         in summary
+    table = weight_models.write_recorded_table(records, {c: "smoke" for c in weight_models.COLUMNS}).read_text()
+    assert f"| `mlp` | carried 1/2 epochs, best val {best}" in table
 
     # a new machine: the zoo made anew elsewhere (its creation time differs, its networks do not)
     again = tmp_path / "again"
@@ -862,3 +871,14 @@ def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_
     assert weight_models.carry_cells(first, records, log=lines.append) == 0
     assert len(lines) == 1 and lines[0].startswith("smoke mnist mlp: not carried: its checkpoints are ")
     assert lines[0].endswith("MiB, more than the 0 MiB carried in git") and pt.exists()
+
+
+def test_the_committed_table_is_the_one_the_committed_records_make(tmp_path):
+    """docs/recorded/weight-models/table.md, which the README links, says what the recorded cells say: a
+    record committed without `--record`'s table (or a table edited by hand) fails here."""
+    recorded, copy = weight_models.CHECKOUT / "docs" / "recorded" / "weight-models", tmp_path / "recorded"
+    shutil.copytree(recorded, copy)
+    made = weight_models.write_recorded_table(copy).read_text()
+    assert (recorded / weight_models.TABLE).read_text() == made, \
+        "docs/recorded/weight-models/table.md is not the recorded cells' table: run --record and commit it"
+    assert "| `scalegmn` | 97.60 | 96.57 |" in made  # a recorded full MNIST cell
