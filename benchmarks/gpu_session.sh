@@ -21,7 +21,7 @@
 #   dws    benchmarks/dws_cuda_graph.py: a DWSNet training step, eager vs replayed from a CUDA graph
 #   models benchmarks/weight_models.py --device cuda: every MNIST INR model's training step (issue 32)
 #   gencells (not run by default) benchmarks/weight_models.py --device cuda on the generalization column's
-#          784-128-128-128-10 classifiers at its cells' batches (32, 4, 1): the step of its costly cells
+#          784-128-128-128-10 classifiers at its cells' batches (8, 16, 4): the step of its costly cells
 #          (nfn-np and the graph models, ~190-220 h of the 2-core CPU) on the GPU
 #
 # FIT_CONFIGS (the fit stage's kernel configurations) and CLF_KINDS (clfgen's zoos) override the
@@ -164,12 +164,12 @@ models_stage() {
 
 gencells_stage() {
     has_cuda || { echo "skipped: no CUDA"; return 0; }
-    # the benchmark's default networks and DWSNet are the column's (784-128-128-128-10 ReLU classifiers,
-    # d0' = 16, 16 channels); each batch as pipelines/weight_models.py gives the cell (GRAPH_BATCH_SIZES;
-    # nfn-np the pipeline's 32), each run with its own DWSNet row for the ratio
-    $PY benchmarks/weight_models.py --device cuda --batch 32 --iters 5 --models nfn-np
-    $PY benchmarks/weight_models.py --device cuda --batch 4 --iters 5 --models ng-gnn,scalegmn
-    $PY benchmarks/weight_models.py --device cuda --batch 1 --iters 5 --models ng-transformer,scalegmn-b
+    # the benchmark's default networks and models are the column's (784-128-128-128-10 ReLU classifiers,
+    # d0' = 16 for every model, 16 channels); each batch as pipelines/weight_models.py gives the cell
+    # (GRAPH_BATCH_SIZES), each run with its own DWSNet row for the ratio
+    $PY benchmarks/weight_models.py --device cuda --batch 8 --iters 5 --models nfn-np,scalegmn
+    $PY benchmarks/weight_models.py --device cuda --batch 16 --iters 5 --models ng-gnn
+    $PY benchmarks/weight_models.py --device cuda --batch 4 --iters 5 --models ng-transformer,scalegmn-b
 }
 
 export -f dws_stage models_stage clfgen_stage gencells_stage

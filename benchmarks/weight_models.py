@@ -9,8 +9,8 @@
     python benchmarks/weight_models.py --compile ...         # each step also through torch.compile (zoo train --compile)
     python benchmarks/weight_models.py --bf16 ...            # each step also under bfloat16 autocast (zoo train --precision bf16)
 
-Each model is built as ``zoo train`` builds it (``dws.tasks.models.build_model``: the DWSNet with
-``--input-reduction``, the baselines sized to its parameter count) and trained with AdamW on a
+Each model is built as ``zoo train`` builds it (``dws.tasks.models.build_model``: the DWSNet and the newer models with
+``--input-reduction``, the baselines sized to the DWSNet's parameter count) and trained with AdamW on a
 regression loss, one batch of random input networks of ``--widths``, in a fresh subprocess: the
 median wall time of ``--iters`` steps after two warm-ups, and the peak memory as the growth of the
 process's max RSS over the setup (model, optimizer and input built; on a GPU, the growth of PyTorch's
@@ -119,7 +119,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--widths", type=lambda s: [int(x) for x in s.split(",")], default=[784, 128, 128, 128, 10])
     p.add_argument("--models", type=lambda s: s.split(","), default=list(DEFAULT_MODELS))
     p.add_argument("--hidden-channels", type=int, default=16)
-    p.add_argument("--input-reduction", type=int, default=16, help="the DWSNet's d0' (0: none, as for INRs)")
+    p.add_argument("--input-reduction", type=int, default=16, help="d0', every model's (the DWSNet's own LIN(d0, d0'), the newer models' "
+                        "InputReduced; 0: none, as for INRs)")
     p.add_argument("--activation", default=None,
                    help="the input networks' activation, for ScaleGMN's symmetry (default: sine for 1-output "
                         "networks, the INRs; relu otherwise, the classifiers)")

@@ -223,16 +223,18 @@ def pipeline_scales(pipeline, names, full_lr_from: str | None = None, batch_size
             for name in names}
 
 
-# The generalization column's graph models: the pipeline's batch of 32 784-128-128-128-10 classifiers
-# needs 14-82 GiB of activations in them (a state per weight: 100,352 in W_1 alone), over zoo train's
-# default --max-memory of 4 GiB, which refuses the cell. Each trains instead on the largest power-of-two
-# batch whose activations (dws.stream.memory.activation_bytes x the model's ACTIVATION_PEAK) fit next to
-# the runtime, model and chunks: autograd saves per network 0.30 (ng-gnn), 0.34 (scalegmn), 1.71
-# (ng-transformer) and 1.71 GiB (scalegmn-b) at ci's and full's 16 channels; 0.12, 0.13, 0.83 and 0.64 GiB
-# at smoke's 6 (measured 2026-11-27; tests/test_weight_models_generalization.py checks that they fit).
-# full uses ci's batches, so the lr chosen at ci carries over.
-GRAPH_BATCH_SIZES = {"ng-gnn": 4, "scalegmn": 4, "ng-transformer": 1, "scalegmn-b": 1}
-GENERALIZATION_BATCH_SIZES = {"smoke": {"ng-transformer": 2, "scalegmn-b": 2},  # (ng-gnn, scalegmn: smoke's 8)
+# The generalization column's graph models and nfn-np: they hold a state per weight of the 784-128-128-128-10
+# classifiers (after --input-reduction 16, dws.nn.reduction.InputReduced: 2,048 in W_1 instead of 100,352),
+# and the pipeline's batch of 32 needs more activations than zoo train's default --max-memory of 4 GiB,
+# which refuses the cell. Each trains instead on the largest power-of-two batch whose activations
+# (dws.stream.memory.activation_bytes x the model's ACTIVATION_PEAK) fit next to the runtime, model and
+# chunks: autograd saves per network 0.12 (ng-gnn), 0.23 (scalegmn), 0.51 (ng-transformer), 0.48
+# (scalegmn-b) and 0.22 GiB (nfn-np) at ci's and full's 16 channels; smoke's batch of 8 fits all of them
+# (measured 2026-12-03, session 28; without the reduction ng-gnn and scalegmn took 4, ng-transformer and
+# scalegmn-b 1; tests/test_weight_models_generalization.py checks that they fit). full uses ci's
+# batches, so the lr chosen at ci carries over.
+GRAPH_BATCH_SIZES = {"ng-gnn": 16, "scalegmn": 8, "ng-transformer": 4, "scalegmn-b": 4, "nfn-np": 8}
+GENERALIZATION_BATCH_SIZES = {"smoke": {},  # smoke's batch of 8 fits every model
                               "ci": GRAPH_BATCH_SIZES, "full": GRAPH_BATCH_SIZES}
 
 

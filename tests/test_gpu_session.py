@@ -33,7 +33,7 @@ def test_the_optional_gencells_stage_skips_on_a_cpu_and_its_commands_run(tmp_pat
     """Not a default stage; on a CPU it skips. Its benchmark commands name real options and models, so a
     borrowed GPU's minutes are not lost to a typo: each command line is parsed by the benchmark's own
     parser, and its models run a step here, all in one run on small networks (the commands' other flags,
-    then --device cpu, tiny widths and batch 1, which argparse lets override)."""
+    then --device cpu, tiny widths reduced to 4 inputs and batch 1, which argparse lets override)."""
     from benchmark_helpers import load_benchmark
     from dws.tasks.options import MODELS
 
@@ -57,7 +57,8 @@ def test_the_optional_gencells_stage_skips_on_a_cpu_and_its_commands_run(tmp_pat
         assert args.device == "cuda" and set(args.models) <= set(MODELS), command
         models += args.models
     ran = subprocess.run([sys.executable, str(ROOT / "benchmarks/weight_models.py"), "--models", ",".join(models),
-                          "--device", "cpu", "--widths", "12,6,6,3", "--batch", "1", "--iters", "1", "--threads", "1"],
+                          "--device", "cpu", "--widths", "12,6,6,3", "--input-reduction", "4", "--batch", "1",
+                          "--iters", "1", "--threads", "1"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     table = ran.stdout[ran.stdout.index("model "):]

@@ -144,11 +144,11 @@ def test_a_training_step_lowers_the_loss():
     assert losses[-1] < losses[0] - 0.02, losses
 
 
-def check_784_inputs_at_batch_8(name, hidden_channels, width):
+def check_784_inputs_at_batch_8(name, hidden_channels, width, input_reduction):
     from dws.tasks.models import build_model
 
-    model, desc = build_model(name, (784, 32, 32, 10), 1, hidden_channels=hidden_channels, input_reduction=16,
-                              activation="relu")
+    model, desc = build_model(name, (784, 32, 32, 10), 1, hidden_channels=hidden_channels,
+                              input_reduction=input_reduction, activation="relu")
     assert desc["symmetry"] == "scale" and desc["width"] == width, desc
     x = random_ws((784, 32, 32, 10), 8, dtype=torch.float32).map(lambda t: 0.1 * t)
     y = model(x)
@@ -156,20 +156,26 @@ def check_784_inputs_at_batch_8(name, hidden_channels, width):
     assert y.shape == (8, 1) and torch.isfinite(y).all()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert all(torch.isfinite(g).all() for g in grads)
-    assert model.init.edge_proj.weight.grad.abs().sum() > 0  # the loss reaches the input weights
+    inner = model if input_reduction is None else model.model  # behind the bias-free LIN(784, 16)
+    assert inner.init.edge_proj.weight.grad.abs().sum() > 0  # the loss reaches the input weights
+    if input_reduction is not None:
+        assert model.reduce.inputs.weight.shape == (input_reduction, 784) and model.reduce.inputs.bias is None
+        assert model.reduce.inputs.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("input_reduction", [None, 16])
 @pytest.mark.parametrize("name", ["scalegmn", "scalegmn-b"])
-def test_a_classifier_zoo_of_784_inputs_runs_at_batch_8(name):
-    """Hundreds of input neurons: dense per layer pair (here d = 11, --hidden-channels 4)."""
-    check_784_inputs_at_batch_8(name, 4, 11)
+def test_a_classifier_zoo_of_784_inputs_runs_at_batch_8(name, input_reduction):
+    """Hundreds of input neurons: dense per layer pair (here d = 11, --hidden-channels 4); or the
+    generalization column's 16, through --input-reduction."""
+    check_784_inputs_at_batch_8(name, 4, 11, input_reduction)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["scalegmn", "scalegmn-b"])
 def test_a_classifier_zoo_of_784_inputs_runs_at_batch_8_at_the_default_size(name):
     """The classifier zoo's default DWSNet channels (16) give d = 43."""
-    check_784_inputs_at_batch_8(name, 16, 43)
+    check_784_inputs_at_batch_8(name, 16, 43, None)
 
 
 def test_build_model_follows_the_activation_and_refuses_unknown_ones():

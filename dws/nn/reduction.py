@@ -1,4 +1,5 @@
-"""``LIN(d_0, d_0')`` / ``LIN(d_M, d_M')`` on the free indices, to keep large inputs affordable.
+"""``LIN(d_0, d_0')`` / ``LIN(d_M, d_M')`` on the free indices, to keep large inputs affordable (the DWSNet's,
+and :class:`InputReduced` in front of the newer models).
 
 The parameter count of a DWS layer grows with ``d_0^2`` and ``d_M^2``; since the input and output
 neurons are not permuted, a plain linear map on those axes is equivariant and can shrink them before
@@ -22,13 +23,13 @@ class FreeAxisLinear(nn.Module):
     whose size does not change is left untouched (no parameters).
     """
 
-    def __init__(self, widths: Sequence[int], new_widths: Sequence[int]):
+    def __init__(self, widths: Sequence[int], new_widths: Sequence[int], bias: bool = True):
         super().__init__()
         self.widths, self.new_widths = tuple(widths), tuple(new_widths)
         if len(self.widths) != len(self.new_widths) or self.widths[1:-1] != self.new_widths[1:-1]:
             raise ValueError(f"only d_0 and d_M may change: {self.widths} -> {self.new_widths}")
-        self.inputs = _maybe_linear(self.widths[0], self.new_widths[0])
-        self.outputs = _maybe_linear(self.widths[-1], self.new_widths[-1])
+        self.inputs = _maybe_linear(self.widths[0], self.new_widths[0], bias)
+        self.outputs = _maybe_linear(self.widths[-1], self.new_widths[-1], bias)
 
     def forward(self, ws: WeightSpace) -> WeightSpace:
         if tuple(ws.widths) != self.widths:
@@ -42,5 +43,27 @@ class FreeAxisLinear(nn.Module):
         return WeightSpace(tuple(weights), tuple(biases))
 
 
-def _maybe_linear(d: int, d_new: int) -> nn.Linear | None:
-    return None if d == d_new else nn.Linear(d, d_new)
+def _maybe_linear(d: int, d_new: int, bias: bool = True) -> nn.Linear | None:
+    return None if d == d_new else nn.Linear(d, d_new, bias=bias)
+
+
+class InputReduced(nn.Module):
+    """A weight-space model behind a bias-free ``LIN(d_0, d_0')`` on its networks' inputs: the newer
+    models' ``--input-reduction`` (the NFNs, the neural graphs, ScaleGMN), which the DWSNet has inside.
+
+    The map acts on the columns of ``W_1``; the hidden neurons' permutations, sign flips and positive
+    scalings act on its rows, so they commute with it, and the model behind keeps every symmetry it
+    claims. A bias would break the last two (``q W_1 R + c`` is not ``q (W_1 R + c)``), hence none.
+    ``model`` is built for the reduced widths (``d_0'`` inputs: a graph of ``d_0'`` input nodes)."""
+
+    def __init__(self, widths: Sequence[int], reduced_to: int, model: nn.Module):
+        super().__init__()
+        widths = tuple(int(d) for d in widths)
+        if not 0 < reduced_to < widths[0]:
+            raise ValueError(f"--input-reduction {reduced_to} must be between 1 and the networks' {widths[0]} "
+                             f"inputs, exclusive")
+        self.reduce = FreeAxisLinear(widths, (reduced_to, *widths[1:]), bias=False)
+        self.model = model
+
+    def forward(self, ws: WeightSpace):
+        return self.model(self.reduce(ws))

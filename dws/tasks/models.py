@@ -37,6 +37,7 @@ from dws.nfn.models import paper_ratios
 from dws.ng import PAPER_NG_WIDTH, NGGNN, NGTransformer, gnn_ratios, transformer_ratios
 from dws.nn import DWSNetEquivariant, DWSNetInvariant
 from dws.nn.fast import accelerate
+from dws.nn.reduction import InputReduced
 from dws.scalegmn import PAPER_HIDDEN, ScaleGMNInvariant, symmetry_of
 from dws.weightspace import WeightSpace
 from zoo.store import WeightStore
@@ -101,7 +102,9 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
     runs on ``backend`` (:func:`dws.nn.fast.accelerate`: same function, different speed).
 
     ``input_reduction`` is the DWSNet's ``d_0'`` (its first layer's inputs mapped by ``LIN(d_0, d_0')``);
-    a baseline is sized to that DWSNet, as to its channels and layers. ``equivariant``: a model whose
+    a baseline is sized to that DWSNet, as to its channels and layers; the NFNs, the neural graphs and
+    ScaleGMN see the networks through the same map, bias-free (:class:`~dws.nn.reduction.InputReduced`),
+    the MLP baselines take the networks as they are. ``equivariant``: a model whose
     output is a residual weight space (``--task adapt``). ``target_scale`` (``[means, stds]``, one per
     output): the model's outputs are read as standardized targets (:class:`TargetScale`). ``activation``:
     the networks' (the store manifest's), which ScaleGMN's symmetry follows; the other models ignore it.
@@ -129,14 +132,20 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
                 if input_reduction is None and widths[0] > 64 else "")
         raise ValueError(f"the DWSNet for networks of widths {tuple(widths)} with {hidden_channels} channels would "
                          f"have {target:,} parameters (more than {MAX_PARAMS:,}){hint}")
+    # the newer models take --input-reduction as the DWSNet does (d_0 -> d_0' first), from outside: InputReduced
+    inner = tuple(widths) if input_reduction is None else (input_reduction, *widths[1:])
+
+    def reduced(model: nn.Module) -> nn.Module:
+        return model if input_reduction is None else InputReduced(widths, input_reduction, model)
+
     if name == "dwsnet":
         model, desc = accelerate(dwsnet(), backend), {"model": name, "params": target}
     elif name in NFN_MODELS:  # the reference classifier's proportions, its channels sized to the DWSNet
         mode, fourier_scale = name.removeprefix("nfn-"), nfn_fourier_scale(weight_std)
         try:
             model, params = size_to_params(
-                lambda channels: NFNInvariant(widths, out_features, mode=mode, dropout=dropout,
-                                              fourier_scale=fourier_scale, **paper_ratios(channels)),
+                lambda channels: reduced(NFNInvariant(inner, out_features, mode=mode, dropout=dropout,
+                                                      fourier_scale=fourier_scale, **paper_ratios(channels))),
                 target, width_arg="channels", hi=1024, rtol=params_rtol)
         except ValueError as err:  # HNP's first layer grows with d_0^2: wide inputs rule out a DWSNet's size
             raise ValueError(f"--model {name} cannot be sized to the DWSNet's {target:,} parameters for "
@@ -145,15 +154,16 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
     elif name in NG_MODELS:  # the reference INR classifiers' width 32 at the DWSNet's default channels, in proportion
         width = paper_width(PAPER_NG_WIDTH, hidden_channels, multiple_of=2)
         ratios = gnn_ratios if name == "ng-gnn" else transformer_ratios
-        model = (NGGNN if name == "ng-gnn" else NGTransformer)(widths, out_features, dropout=dropout, **ratios(width),
-                                                               **EARLIER_VERSIONS.get((name, version), {}))
+        model = reduced((NGGNN if name == "ng-gnn" else NGTransformer)(
+            inner, out_features, dropout=dropout, **ratios(width), **EARLIER_VERSIONS.get((name, version), {})))
         desc = {"model": name, "params": count_params(model), "dwsnet_params": target, "width": width}
     elif name in SCALEGMN_MODELS:  # the paper's d = 128 at the DWSNet's default channels, in proportion otherwise
         width = paper_width(PAPER_HIDDEN, hidden_channels)
-        model = ScaleGMNInvariant(widths, out_features, symmetry_of(activation), dropout=dropout, hidden=width,
-                                  variant="bidirectional" if name == "scalegmn-b" else "forward")
+        scalegmn = ScaleGMNInvariant(inner, out_features, symmetry_of(activation), dropout=dropout, hidden=width,
+                                     variant="bidirectional" if name == "scalegmn-b" else "forward")
+        model = reduced(scalegmn)
         desc = {"model": name, "params": count_params(model), "dwsnet_params": target, "width": width,
-                "symmetry": model.symmetry}
+                "symmetry": scalegmn.symmetry}
     else:
         model = build_baseline(name, widths, None if equivariant else out_features, target_params=target,
                                params_rtol=params_rtol, dropout=dropout,
