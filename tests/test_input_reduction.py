@@ -92,3 +92,31 @@ def test_a_reduction_that_does_not_reduce_is_refused_in_one_line(name):
     for reduced_to in (4, 9):
         with pytest.raises(ValueError, match=f"--input-reduction {reduced_to} must be between 1 and the networks' 4"):
             build_model(name, (4, 5, 2), 3, hidden_channels=4, input_reduction=reduced_to, activation="relu")
+
+
+def test_zoo_train_reduces_a_classifier_zoo_s_inputs_for_scalegmn_and_reevaluates_the_run(mnist_classifier_zoo,
+                                                                                          tmp_path):
+    """The generalization column's cell in small: ScaleGMN on ReLU classifiers (positive scaling) behind
+    LIN(784, 8); the run's checkpoint holds the map, and zoo eval of the run gives its test metrics again."""
+    import json
+
+    from click.testing import CliRunner
+
+    from cli import main
+    from dws.tasks.rundir import evaluate_run
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", str(mnist_classifier_zoo), "--model", "scalegmn", "--task", "regress",
+                                       "--target", "test_accuracy", "--epochs", "1", "--lr", "1e-3",
+                                       "--batch-size", "8", "--hidden-channels", "2", "--input-reduction", "8",
+                                       "--precise-bn", "0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["symmetry"] == "scale"
+    state = torch.load(out / "best.pt", map_location="cpu", weights_only=False)
+    weights = state["state_dict"]  # (the model inside the regression's TargetScale: "inner.")
+    assert tuple(weights["inner.reduce.inputs.weight"].shape) == (8, 784)
+    assert not any(k.startswith("inner.reduce.") and k.endswith("bias") for k in weights)
+    test = json.loads((out / "metrics.json").read_text())["test"][0]
+    again = evaluate_run(out, mnist_classifier_zoo)
+    assert again["mse"] == pytest.approx(test["mse"], rel=1e-6)
