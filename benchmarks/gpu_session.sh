@@ -22,7 +22,7 @@
 #   models benchmarks/weight_models.py --device cuda: every MNIST INR model's training step (issue 32)
 #   gencells (not run by default) benchmarks/weight_models.py --device cuda on the generalization column's
 #          784-128-128-128-10 classifiers at its cells' batches (8, 16, 4): the step of its costly cells
-#          (nfn-np and the graph models, ~190-220 h of the 2-core CPU) on the GPU
+#          (nfn-np and the graph models, ~140 h of the 2-core CPU since --input-reduction reached them) on the GPU
 #
 # FIT_CONFIGS (the fit stage's kernel configurations) and CLF_KINDS (clfgen's zoos) override the
 # defaults below, to spend a short second session on what the first left open.

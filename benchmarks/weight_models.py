@@ -119,8 +119,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--widths", type=lambda s: [int(x) for x in s.split(",")], default=[784, 128, 128, 128, 10])
     p.add_argument("--models", type=lambda s: s.split(","), default=list(DEFAULT_MODELS))
     p.add_argument("--hidden-channels", type=int, default=16)
-    p.add_argument("--input-reduction", type=int, default=16, help="d0', every model's (the DWSNet's own LIN(d0, d0'), the newer models' "
-                        "InputReduced; 0: none, as for INRs)")
+    p.add_argument("--input-reduction", type=int, default=16,
+                   help="d0', every model's (the DWSNet's own LIN(d0, d0'), the newer models' InputReduced; "
+                        "0: none, as for INRs)")
     p.add_argument("--activation", default=None,
                    help="the input networks' activation, for ScaleGMN's symmetry (default: sine for 1-output "
                         "networks, the INRs; relu otherwise, the classifiers)")

@@ -868,21 +868,27 @@ def summary_table(found: dict, scales: dict, recorded: Path | None, marked: bool
     return header, rows
 
 
-PROTOCOL_NOTE = ("each cell: one seed, the lr chosen on val (at ci; full takes ci's), the model's parameters and the "
-                 "command that made it in its column's report; `python -m pipelines.weight_models --help` says each "
-                 "column's protocol")
+def protocol_note(where: str = "in its column's report") -> str:
+    """The tables' note on what each cell is; ``where``: where its parameters and command are found."""
+    return (f"each cell: one seed, the lr chosen on val (at ci; full takes ci's), the model's parameters and the "
+            f"command that made it {where}; `python -m pipelines.weight_models --help` says each column's protocol")
+
+
+def table_scales(scales: dict | None) -> dict:
+    """Each column's scale in the tables: its table scale, unless ``scales`` (column: scale) says otherwise."""
+    return {c: spec.table_scale for c, spec in COLUMNS.items()} | dict(scales or {})
 
 
 def write_summary(out_root: Path, scales: dict | None = None, recorded: Path | None = None) -> Path:
     """``OUT/summary.md``: one table of every column's cells at its table scale (``scales``: column: scale,
     for the columns to show otherwise); a cell this machine has not finished shows the recorded one where
     there is one (``recorded``)."""
-    scales = {c: spec.table_scale for c, spec in COLUMNS.items()} | dict(scales or {})
+    scales = table_scales(scales)
     found = {c: known_cells(out_root / scale, c, recorded_cells(recorded, scale, c)) for c, scale in scales.items()}
     header, rows = summary_table(found, scales, recorded)
     notes = [f"{COLUMNS[c].title}: {results_path(out_root / scale, c).with_name(f'report-{c}.md')}"
              + ("" if found[c] else " (not run yet)") for c, scale in scales.items()]
-    notes.append(PROTOCOL_NOTE)
+    notes.append(protocol_note())
     elsewhere = sorted({cell["recorded"] for cells in found.values() for cell in cells.values() if "recorded" in cell})
     if elsewhere:
         notes.append(f"(recorded): finished on another machine; its numbers and commands in {', '.join(elsewhere)}")
@@ -895,7 +901,7 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
     :func:`write_summary`'s). ``--record`` rewrites it, so that it is current wherever the records are
     committed."""
     recorded = Path(recorded)
-    scales = {c: spec.table_scale for c, spec in COLUMNS.items()} | dict(scales or {})
+    scales = table_scales(scales)
     found = {c: recorded_cells(recorded, scale, c) for c, scale in scales.items()}
     header, rows = summary_table(found, scales, recorded, marked=False)
 
@@ -905,7 +911,7 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
 
     notes = [f"{COLUMNS[c].title} ({scale}): " + (link(scale, c) if found[c] else "nothing recorded yet")
              for c, scale in scales.items()]
-    notes += [PROTOCOL_NOTE.replace("in its column's report", "below and in its column's file"),
+    notes += [protocol_note("below and in its column's file"),
               "not run: no finished cell recorded yet (the queue, `pipelines/weight_models_queue.sh`, fills them); "
               "carried: an unfinished cell's checkpoints, committed, which the next machine resumes",
               "written by `python -m pipelines.weight_models --record`; do not edit it by hand"]

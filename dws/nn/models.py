@@ -10,21 +10,8 @@ from torch import nn
 from dws.nn.invariant import DWSInvariantLayer
 from dws.nn.layer import DWSLayer
 from dws.nn.pointwise import activation_block
-from dws.nn.reduction import FreeAxisLinear
+from dws.nn.reduction import FreeAxisLinear, Reduction, reduced_widths
 from dws.weightspace import WeightSpace
-
-Reduction = int | tuple[int | None, int | None] | None
-
-
-def reduced_widths(widths: Sequence[int], input_reduction: Reduction) -> tuple[int, ...]:
-    """Widths after ``LIN(d_0, d_0')`` / ``LIN(d_M, d_M')``: ``input_reduction`` is ``d_0'`` or
-    ``(d_0', d_M')`` (None keeps a size)."""
-    widths = tuple(int(d) for d in widths)
-    if input_reduction is None:
-        return widths
-    d0, dM = (input_reduction, None) if isinstance(input_reduction, int) else input_reduction
-    return (d0 or widths[0],) + widths[1:-1] + (dM or widths[-1],)
-
 
 def channel_list(hidden_channels: int | Sequence[int], num_layers: int) -> list[int]:
     """Per-layer output channels from an int (same for all) or a sequence of length ``num_layers``."""

@@ -16,6 +16,19 @@ from torch import nn
 from dws.weightspace import WeightSpace
 
 
+Reduction = int | tuple[int | None, int | None] | None
+
+
+def reduced_widths(widths: Sequence[int], input_reduction: Reduction) -> tuple[int, ...]:
+    """Widths after ``LIN(d_0, d_0')`` / ``LIN(d_M, d_M')``: ``input_reduction`` is ``d_0'`` or
+    ``(d_0', d_M')`` (None keeps a size)."""
+    widths = tuple(int(d) for d in widths)
+    if input_reduction is None:
+        return widths
+    d0, dM = (input_reduction, None) if isinstance(input_reduction, int) else input_reduction
+    return (d0 or widths[0],) + widths[1:-1] + (dM or widths[-1],)
+
+
 class FreeAxisLinear(nn.Module):
     """Maps the widths ``(d_0, ..., d_M)`` to ``(d_0', d_1, ..., d_{M-1}, d_M')``, shared over channels.
 
@@ -62,7 +75,7 @@ class InputReduced(nn.Module):
         if not 0 < reduced_to < widths[0]:
             raise ValueError(f"--input-reduction {reduced_to} must be between 1 and the networks' {widths[0]} "
                              f"inputs, exclusive")
-        self.reduce = FreeAxisLinear(widths, (reduced_to, *widths[1:]), bias=False)
+        self.reduce = FreeAxisLinear(widths, reduced_widths(widths, reduced_to), bias=False)
         self.model = model
 
     def forward(self, ws: WeightSpace):

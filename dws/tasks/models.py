@@ -37,7 +37,7 @@ from dws.nfn.models import paper_ratios
 from dws.ng import PAPER_NG_WIDTH, NGGNN, NGTransformer, gnn_ratios, transformer_ratios
 from dws.nn import DWSNetEquivariant, DWSNetInvariant
 from dws.nn.fast import accelerate
-from dws.nn.reduction import InputReduced
+from dws.nn.reduction import InputReduced, reduced_widths
 from dws.scalegmn import PAPER_HIDDEN, ScaleGMNInvariant, symmetry_of
 from dws.weightspace import WeightSpace
 from zoo.store import WeightStore
@@ -133,7 +133,7 @@ def build_model(name: str, widths: Sequence[int], out_features: int, *, hidden_c
         raise ValueError(f"the DWSNet for networks of widths {tuple(widths)} with {hidden_channels} channels would "
                          f"have {target:,} parameters (more than {MAX_PARAMS:,}){hint}")
     # the newer models take --input-reduction as the DWSNet does (d_0 -> d_0' first), from outside: InputReduced
-    inner = tuple(widths) if input_reduction is None else (input_reduction, *widths[1:])
+    inner = reduced_widths(widths, input_reduction)
 
     def reduced(model: nn.Module) -> nn.Module:
         return model if input_reduction is None else InputReduced(widths, input_reduction, model)
