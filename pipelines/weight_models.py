@@ -129,6 +129,10 @@ NOT_RUN, RUNNING, UNFINISHED, DONE = "not run", "running", "unfinished", "done"
 CHECKOUT = Path(__file__).resolve().parents[1]
 RECORDED = CHECKOUT / "docs" / "recorded" / "weight-models"
 TABLE = "table.md"  # RECORDED/table.md: the recorded cells as one table (write_recorded_table), linked by the README
+# RECORDED/earlier.json: full-scale numbers measured before the table's protocol (fixed lr, run directories lost),
+# transcribed from docs/train.md and shown below the recorded table, apart from its cells (read_earlier)
+EARLIER = "earlier.json"
+EARLIER_KEYS = ("column", "scale", "model", "normalize", "metric", "value", "lr", "date", "command", "documented")
 # a cell zoo train refused to train (e.g. a model it cannot size for the zoo, or a --max-memory too small):
 # its reason (the cell's "refused") shown as "not run: REASON" in the tables; a rerun tries again
 REFUSED = "refused"
@@ -895,6 +899,70 @@ def write_summary(out_root: Path, scales: dict | None = None, recorded: Path | N
     return write_report(out_root / "summary.md", "Weight-space models (issue 32): every column", header, rows, notes)
 
 
+def read_earlier(recorded: Path) -> list[dict]:
+    """``RECORDED/earlier.json``'s measurements ([] where there is none), each checked: its column, scale,
+    model and metric are the table's, its value a number. Committed data, so a damaged file is an error in
+    one line, not a table that silently lacks them."""
+    path = Path(recorded) / EARLIER
+    if not path.is_file():
+        return []
+    try:
+        items = json.loads(path.read_text())["measurements"]
+        if not isinstance(items, list):
+            raise ValueError("'measurements' is not a list")
+        for i, item in enumerate(items):
+            missing = [k for k in EARLIER_KEYS if k not in item]
+            if missing:
+                raise ValueError(f"measurement {i} lacks {', '.join(missing)}")
+            column = COLUMNS.get(item["column"])
+            if column is None or item["scale"] not in column.scales:
+                raise ValueError(f"measurement {i}: no column {item['column']!r} at scale {item['scale']!r}")
+            if item["model"] not in column.models or item["metric"] not in {m.key for m in column.metrics}:
+                raise ValueError(f"measurement {i}: {item['model']!r} / {item['metric']!r} is no cell of --column "
+                                 f"{item['column']}")
+            if not isinstance(item["value"], (int, float)) or isinstance(item["value"], bool):
+                raise ValueError(f"measurement {i}: value {item['value']!r} is not a number")
+    except (OSError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: not a file of earlier measurements ({e}); restore it from git") from None
+    return items
+
+
+def column_metric(column: str, key: str) -> Metric:
+    return next(m for m in COLUMNS[column].metrics if m.key == key)
+
+
+def earlier_section(earlier: list[dict], scales: dict, header: list[str], rows: list[list[str]]) -> list[str]:
+    """The recorded table's part for ``earlier`` (:func:`read_earlier`) at the table's scales: a table of its
+    own, and in the main table a "not run" cell points to it (``rows`` changed in place)."""
+    shown = [e for e in earlier if scales.get(e["column"]) == e["scale"]]
+    if not shown:
+        return []
+    models, marks = [row[0] for row in rows], {}
+    for item in shown:
+        metric = column_metric(item["column"], item["metric"])
+        at = (models.index(f"`{item['model']}`"),
+              header.index(f"{COLUMNS[item['column']].short}, {metric.header} ({item['scale']})"))
+        marks.setdefault(at, []).append(f"{metric.show(item['value'])} {item['normalize']}")
+    for (r, c), values in marks.items():
+        if rows[r][c] == NOT_RUN:  # a recorded or carried cell shows itself
+            rows[r][c] = f"{NOT_RUN} (earlier protocol: {' / '.join(values)})"
+    lines = ["## Measured before this table's protocol (not its cells)", "",
+             "| column | model | `--normalize` | metric | published | lr | epochs (best) | date | documented in | command |",
+             "|" + "---|" * 10]
+    for item in shown:
+        metric = column_metric(item["column"], item["metric"])
+        published = PUBLISHED.get((item["column"], item["metric"]), {}).get(item["model"], "—")
+        best = f" ({item['best_epoch']})" if item.get("best_epoch") else ""
+        lines.append(f"| {COLUMNS[item['column']].short} ({item['scale']}) | `{item['model']}` | {item['normalize']} | "
+                     f"{metric.show(item['value'])} | {published} | {item['lr']:g} (fixed) | {item.get('epochs', '?')}"
+                     f"{best} | {item['date']} | {item['documented']} | `{item['command']}` |")
+    lines += ["", f"- from [{EARLIER}]({EARLIER}), transcribed from the docs it names: one seed each, at a fixed lr "
+                  "instead of the one its ci cell chooses on val, and their run directories were lost with their "
+                  "machines, so they stand beside the table, not in it; the queue trains those cells under the "
+                  "table's protocol", ""]
+    return lines
+
+
 def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
     """``RECORDED/table.md``, the table the README links: the summary of the recorded cells alone (and the
     carried ones), whatever machine writes it, with the command of every cell (``scales`` as
@@ -922,7 +990,14 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
                 if "reconstructed" in cell else ""
             notes.append(f"{COLUMNS[c].short} ({scale}), `{model}`: lr {cell['lr']:g} (chosen on {cell['lr_from']})"
                          f"{params}: `{cell['zoo_train']}`{rebuilt}")
-    return write_report(recorded / TABLE, "Weight-space models (issue 32): the recorded table", header, rows, notes)
+    earlier = earlier_section(read_earlier(recorded), scales, header, rows)
+    if earlier:
+        notes.insert(2, "not run (earlier protocol: ...): no cell recorded, and a number measured before the table's "
+                        "protocol, in the section below")
+    path = write_report(recorded / TABLE, "Weight-space models (issue 32): the recorded table", header, rows, notes)
+    if earlier:
+        path.write_text(path.read_text() + "\n" + "\n".join(earlier))
+    return path
 
 
 def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print, column: str = "mnist",

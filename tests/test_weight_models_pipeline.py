@@ -882,3 +882,60 @@ def test_the_committed_table_is_the_one_the_committed_records_make(tmp_path):
     assert (recorded / weight_models.TABLE).read_text() == made, \
         "docs/recorded/weight-models/table.md is not the recorded cells' table: run --record and commit it"
     assert "| `scalegmn` | 97.60 | 96.57 |" in made  # a recorded full MNIST cell
+    # the DWSNet both ways at full scale (issue 32), measured before the protocol: earlier.json
+    assert "| `dwsnet` | not run (earlier protocol: 93.93 entry / 93.50 orbit) | 85.71 |" in made
+
+
+def earlier_item(**change) -> dict:
+    item = {"column": "mnist", "scale": "smoke", "model": "dwsnet", "normalize": "entry", "metric": "test_accuracy",
+            "value": 0.9393, "lr": 1e-3, "date": "2026-11-25", "epochs": 100, "best_epoch": 99,
+            "command": "python -m pipelines.inr_classification --scale full", "documented": "docs/train.md, \"X\""}
+    return {**item, **change}
+
+
+def test_earlier_measurements_stand_beside_the_recorded_table_not_in_its_cells(tmp_path):
+    """earlier.json's numbers (another protocol, run directories lost) are shown in a section of their own, and a
+    cell with none recorded points to them; a recorded cell is not overwritten by one."""
+    records = tmp_path / "recorded"
+    records.mkdir()
+    (records / weight_models.EARLIER).write_text(json.dumps({"measurements": [
+        earlier_item(), earlier_item(normalize="orbit", value=0.935, best_epoch=None),
+        earlier_item(model="mlp", value=0.2242, scale="full")]}))  # full: not the table's scale here
+    scales = {c: "smoke" for c in weight_models.COLUMNS}
+    table = weight_models.write_recorded_table(records, scales).read_text()
+    assert "| `dwsnet` | not run (earlier protocol: 93.93 entry / 93.50 orbit) | 85.71 | not run |" in table
+    assert "| `mlp` | not run | 17.55 |" in table  # its measurement is at another scale
+    section = table[table.index("## Measured before this table's protocol"):]
+    assert "| MNIST INRs (smoke) | `dwsnet` | entry | 93.93 | 85.71 | 0.001 (fixed) | 100 (99) | 2026-11-25 | " \
+           "docs/train.md, \"X\" | `python -m pipelines.inr_classification --scale full` |" in section
+    assert "| `dwsnet` | orbit | 93.50 | 85.71 | 0.001 (fixed) | 100 | " in section and "22.42" not in table
+    # a recorded cell shows itself, and the earlier number stays below only
+    (records / "smoke").mkdir()
+    cell = {"model": "dwsnet", "status": "done", "lr": 5e-3, "lr_from": "val", "test_accuracy": 0.9,
+            "zoo_train": "zoo train S --model dwsnet --task classify --out R", "model_version": 1}
+    (records / "smoke" / "results-mnist.json").write_text(json.dumps({"cells": {"dwsnet": cell}}))
+    table = weight_models.write_recorded_table(records, scales).read_text()
+    assert "| `dwsnet` | 90.00 | 85.71 |" in table and "| `dwsnet` | entry | 93.93 |" in table
+    # none: no section
+    (records / weight_models.EARLIER).unlink()
+    assert "Measured before" not in weight_models.write_recorded_table(records, scales).read_text()
+
+
+@pytest.mark.parametrize("saved, said", [
+    ("{", "Expecting property name"),
+    ({"cells": {}}, "'measurements'"),
+    ({"measurements": {}}, "'measurements' is not a list"),
+    ({"measurements": [{"column": "mnist"}]}, "measurement 0 lacks scale, model, normalize"),
+    ({"measurements": [earlier_item(column="cifar")]}, "measurement 0: no column 'cifar' at scale 'smoke'"),
+    ({"measurements": [earlier_item(scale="xl")]}, "measurement 0: no column 'mnist' at scale 'xl'"),
+    ({"measurements": [earlier_item(model="nfn-np", column="adapt")]}, "'nfn-np' / 'test_accuracy' is no cell"),
+    ({"measurements": [earlier_item(metric="test_mse")]}, "'dwsnet' / 'test_mse' is no cell of --column mnist"),
+    ({"measurements": [earlier_item(value="93.93")]}, "value '93.93' is not a number"),
+])
+def test_a_damaged_earlier_file_is_an_error_in_one_line(tmp_path, saved, said):
+    (tmp_path / weight_models.EARLIER).write_text(saved if isinstance(saved, str) else json.dumps(saved))
+    with pytest.raises(ValueError) as refused:
+        weight_models.write_recorded_table(tmp_path, {c: "smoke" for c in weight_models.COLUMNS})
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / weight_models.EARLIER}: not a file of earlier measurements (")
+    assert said in message and message.endswith("restore it from git") and "\n" not in message
