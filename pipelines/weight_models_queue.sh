@@ -84,9 +84,12 @@ stage ci-adapt adapt ci "" "$R/domain-adaptation"
 # nfn-hnp: refused in a line (its parameters grow as d_0^2: 5.1M at one channel on 784 inputs)
 # scalegmn at ci too (~1.6 h with both cores): its positive-scaling symmetry on ReLU classifiers, early
 stage ci-generalization generalization ci mlp,mlp-align,dwsnet,nfn-hnp,scalegmn "$R/generalization"
-stage full-generalization generalization full mlp,mlp-align,dwsnet,nfn-hnp "$R/generalization"
+# session 29: the cheap INR cells at ci (each zoo minutes, each column ~1-1.5 h) before full-generalization (its
+# 15.6 GB zoo ~1.5 h, then ~7 h of cells, none of them carried): a session that begins on a new machine ends
+# with whole cells recorded, and their lrs are what the full INR cells of the cheap models take
 stage ci-mnist-cheap mnist ci $CHEAP
 stage ci-fmnist-cheap fmnist ci $CHEAP
+stage full-generalization generalization full mlp,mlp-align,dwsnet,nfn-hnp "$R/generalization"
 stage full-mnist-mlps mnist full mlp,mlp-align
 # recorded with their commands (docs/train.md), run directories lost with a machine: dwsnet and the NFNs in
 # sessions 1-11 (lost with session 12's). The NFNs' full cells stand in docs/recorded/weight-models (session
