@@ -22,7 +22,7 @@ SOURCES = ("zoo", "dws", "pipelines", "benchmarks", "cli.py")
 # modules of its own layer and of lower layers, never of a higher one. A new package is one new entry
 # (e.g. "zoo.train" sits between "zoo.fit", whose Adam it uses, and "zoo.store").
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("zoo", "zoo.options", "zoo.devices", "zoo.cbuild"),  # utilities (and the empty `zoo` package)
+    ("zoo", "zoo.options", "zoo.devices", "zoo.cpuinfo", "zoo.cbuild"),  # utilities (and the empty `zoo` package)
     ("zoo.sources",),  # data sets and signals
     ("zoo.fit",),  # batched SIREN fitting
     ("zoo.train",),  # batched classifier training (uses the fitting's Adam and seeding)

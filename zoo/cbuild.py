@@ -23,19 +23,14 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
+from . import cpuinfo
+
 BASE_FLAGS = ("-O3", "-mavx2", "-mfma", "-fno-math-errno", "-std=gnu11", "-shared", "-fPIC")
 
 
 def cpu_supported() -> bool:
     """x86-64 Linux with AVX2 and FMA (what the kernels are written for)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-    return {"avx2", "fma"} <= set(flags)
+    return platform.machine().lower() in ("x86_64", "amd64") and {"avx2", "fma"} <= cpuinfo.flags()
 
 
 def switched_off() -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..cpuinfo import first_processor
 from .checksum import crc32c
 from .format import FORMAT_NAME, FORMAT_VERSION, MANIFEST, DamagedStoreError, StoreError, StoreVersionError
 from .location import put_file, store_root
@@ -118,12 +119,7 @@ def machine_description() -> dict:
     import platform
 
     cpu: dict = {}
-    try:
-        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-    except OSError:
-        first = ""
-    for line in first.splitlines():
-        key, _, value = (part.strip() for part in line.partition(":"))
+    for key, value in first_processor().items():
         if key in ("model name", "cpu family", "model"):
             cpu[key] = int(value) if value.isdigit() else value
         elif key == "flags":

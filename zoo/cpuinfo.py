@@ -1,0 +1,28 @@
+"""This machine's CPU as ``/proc/cpuinfo``'s first processor describes it: read by the C kernels' build
+(:mod:`zoo.cbuild`: are AVX2 and FMA there?) and by a store's manifest (:mod:`zoo.store.manifest`: which CPU
+made these floats?)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def first_processor() -> dict[str, str]:
+    """The first processor's ``key: value`` lines, in their order ({} where there is no ``/proc/cpuinfo``)."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n")[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def flags() -> set[str]:
+    """The first processor's feature flags (empty where there are none)."""
+    return set(first_processor().get("flags", "").split())
