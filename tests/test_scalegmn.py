@@ -174,8 +174,22 @@ def test_a_classifier_zoo_of_784_inputs_runs_at_batch_8(name, input_reduction):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["scalegmn", "scalegmn-b"])
 def test_a_classifier_zoo_of_784_inputs_runs_at_batch_8_at_the_default_size(name):
-    """The classifier zoo's default DWSNet channels (16) give d = 43."""
-    check_784_inputs_at_batch_8(name, 16, 43, None)
+    """The classifier zoo's defaults (16 DWSNet channels, --input-reduction 16: the generalization column's
+    cells) give d = 43."""
+    check_784_inputs_at_batch_8(name, 16, 43, 16)
+
+
+@pytest.mark.parametrize("name", ["scalegmn", "scalegmn-b"])
+def test_at_the_default_size_784_unreduced_inputs_are_refused_in_one_line(name):
+    """Unreduced, the DWSNet a ScaleGMN is sized to would have ~1e9 parameters at 16 channels: refused before
+    anything is built, with the way out (counted on the meta device, so this runs in the fast suite)."""
+    from dws.tasks.models import build_model
+
+    with pytest.raises(ValueError) as refused:
+        build_model(name, (784, 32, 32, 10), 1, hidden_channels=16, activation="relu")
+    message = str(refused.value)
+    assert "would have 995,923,873 parameters (more than 200,000,000); pass --input-reduction N" in message
+    assert "\n" not in message
 
 
 def test_build_model_follows_the_activation_and_refuses_unknown_ones():
