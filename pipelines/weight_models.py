@@ -947,7 +947,7 @@ def earlier_section(earlier: list[dict], scales: dict, header: list[str], rows: 
         if rows[r][c] == NOT_RUN:  # a recorded or carried cell shows itself
             rows[r][c] = f"{NOT_RUN} (earlier protocol: {' / '.join(values)})"
     lines = ["## Measured before this table's protocol (not its cells)", "",
-             "| column | model | `--normalize` | metric | published | lr | epochs (best) | date | documented in | command |",
+             "| column | model | `--normalize` | value | published | lr | epochs (best) | date | documented in | command |",
              "|" + "---|" * 10]
     for item in shown:
         metric = column_metric(item["column"], item["metric"])
@@ -972,6 +972,7 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
     scales = table_scales(scales)
     found = {c: recorded_cells(recorded, scale, c) for c, scale in scales.items()}
     header, rows = summary_table(found, scales, recorded, marked=False)
+    earlier = earlier_section(read_earlier(recorded), scales, header, rows)
 
     def link(scale: str, column: str) -> str:
         name = results_path(Path(scale), column).as_posix()
@@ -982,6 +983,8 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
     notes += [protocol_note("below and in its column's file"),
               "not run: no finished cell recorded yet (the queue, `pipelines/weight_models_queue.sh`, fills them); "
               "carried: an unfinished cell's checkpoints, committed, which the next machine resumes",
+              *(["not run (earlier protocol: ...): no cell recorded yet, and a number measured before the table's "
+                 "protocol, in the section below"] if earlier else []),
               "written by `python -m pipelines.weight_models --record`; do not edit it by hand"]
     for c, scale in scales.items():
         for model, cell in found[c].items():
@@ -990,10 +993,6 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
                 if "reconstructed" in cell else ""
             notes.append(f"{COLUMNS[c].short} ({scale}), `{model}`: lr {cell['lr']:g} (chosen on {cell['lr_from']})"
                          f"{params}: `{cell['zoo_train']}`{rebuilt}")
-    earlier = earlier_section(read_earlier(recorded), scales, header, rows)
-    if earlier:
-        notes.insert(2, "not run (earlier protocol: ...): no cell recorded, and a number measured before the table's "
-                        "protocol, in the section below")
     path = write_report(recorded / TABLE, "Weight-space models (issue 32): the recorded table", header, rows, notes)
     if earlier:
         path.write_text(path.read_text() + "\n" + "\n".join(earlier))
