@@ -142,10 +142,12 @@ def mean_std(summary: dict, seeds: int, scale: float = 1.0, digits: int = 2) -> 
     return f"{summary['mean'] * scale:.{digits}f} ± {summary['std'] * scale:.{digits}f}"
 
 
-def write_report(path: Path, title: str, header: list[str], rows: list[list[str]], notes: list[str]) -> Path:
+def write_report(path: Path, title: str, header: list[str], rows: list[list[str]], notes: list[str],
+                 after: list[str] = ()) -> Path:
+    """A markdown report: the title, the table, its notes, then ``after`` (more markdown lines)."""
     lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines += [""] + [f"- {n}" for n in notes] + [""]
+    lines += [""] + [f"- {n}" for n in notes] + [""] + list(after)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
     return path

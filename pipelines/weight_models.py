@@ -851,6 +851,11 @@ def carried_cell(column: str, about: dict) -> str:
             f"when its column runs")
 
 
+def column_header(column: str, metric: Metric, scale: str) -> str:
+    """A summary column's header: the column, the metric and the scale shown."""
+    return f"{COLUMNS[column].short}, {metric.header} ({scale})"
+
+
 def summary_table(found: dict, scales: dict, recorded: Path | None, marked: bool = True):
     """The summary's header and rows: issue 32's models, then any other model a column has (``found``:
     column: its cells), each metric beside the published one where the issue names one; a cell not run shows
@@ -858,7 +863,7 @@ def summary_table(found: dict, scales: dict, recorded: Path | None, marked: bool
     models = list(dict.fromkeys([*MODELS, *(m for cells in found.values() for m in cells)]))
     header, rows = ["model"], [[f"`{model}`"] for model in models]
     for c, m in ((c, m) for c in scales for m in COLUMNS[c].metrics):
-        header.append(f"{COLUMNS[c].short}, {m.header} ({scales[c]})")
+        header.append(column_header(c, m, scales[c]))
         for row, model in zip(rows, models):
             shown_cell = summary_cell(c, found[c].get(model), model, m, marked)
             about = None if shown_cell != NOT_RUN or recorded is None else \
@@ -938,24 +943,22 @@ def earlier_section(earlier: list[dict], scales: dict, header: list[str], rows: 
     if not shown:
         return []
     models, marks = [row[0] for row in rows], {}
-    for item in shown:
-        metric = column_metric(item["column"], item["metric"])
-        at = (models.index(f"`{item['model']}`"),
-              header.index(f"{COLUMNS[item['column']].short}, {metric.header} ({item['scale']})"))
-        marks.setdefault(at, []).append(f"{metric.show(item['value'])} {item['normalize']}")
-    for (r, c), values in marks.items():
-        if rows[r][c] == NOT_RUN:  # a recorded or carried cell shows itself
-            rows[r][c] = f"{NOT_RUN} (earlier protocol: {' / '.join(values)})"
     lines = ["## Measured before this table's protocol (not its cells)", "",
              "| column | model | `--normalize` | value | published | lr | epochs (best) | date | documented in | command |",
              "|" + "---|" * 10]
     for item in shown:
         metric = column_metric(item["column"], item["metric"])
+        value = metric.show(item["value"])
+        at = (models.index(f"`{item['model']}`"), header.index(column_header(item["column"], metric, item["scale"])))
+        marks.setdefault(at, []).append(f"{value} {item['normalize']}")
         published = PUBLISHED.get((item["column"], item["metric"]), {}).get(item["model"], "—")
         best = f" ({item['best_epoch']})" if item.get("best_epoch") else ""
         lines.append(f"| {COLUMNS[item['column']].short} ({item['scale']}) | `{item['model']}` | {item['normalize']} | "
-                     f"{metric.show(item['value'])} | {published} | {item['lr']:g} (fixed) | {item.get('epochs', '?')}"
-                     f"{best} | {item['date']} | {item['documented']} | `{item['command']}` |")
+                     f"{value} | {published} | {item['lr']:g} (fixed) | {item.get('epochs', '?')}{best} | "
+                     f"{item['date']} | {item['documented']} | `{item['command']}` |")
+    for (r, c), values in marks.items():
+        if rows[r][c] == NOT_RUN:  # a recorded or carried cell shows itself
+            rows[r][c] = f"{NOT_RUN} (earlier protocol: {' / '.join(values)})"
     lines += ["", f"- from [{EARLIER}]({EARLIER}), transcribed from the docs it names: one seed each, at a fixed lr "
                   "instead of the one its ci cell chooses on val, and their run directories were lost with their "
                   "machines, so they stand beside the table, not in it; the queue trains those cells under the "
@@ -993,10 +996,8 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
                 if "reconstructed" in cell else ""
             notes.append(f"{COLUMNS[c].short} ({scale}), `{model}`: lr {cell['lr']:g} (chosen on {cell['lr_from']})"
                          f"{params}: `{cell['zoo_train']}`{rebuilt}")
-    path = write_report(recorded / TABLE, "Weight-space models (issue 32): the recorded table", header, rows, notes)
-    if earlier:
-        path.write_text(path.read_text() + "\n" + "\n".join(earlier))
-    return path
+    return write_report(recorded / TABLE, "Weight-space models (issue 32): the recorded table", header, rows, notes,
+                        earlier)
 
 
 def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print, column: str = "mnist",
