@@ -133,6 +133,8 @@ TABLE = "table.md"  # RECORDED/table.md: the recorded cells as one table (write_
 # transcribed from docs/train.md and shown below the recorded table, apart from its cells (read_earlier)
 EARLIER = "earlier.json"
 EARLIER_KEYS = ("column", "scale", "model", "normalize", "metric", "value", "lr", "date", "command", "documented")
+# optional: how the lr was had (default "fixed"), and the options a measurement trained with besides the table's
+EARLIER_TEXTS = ("lr_from", "options")
 # a cell zoo train refused to train (e.g. a model it cannot size for the zoo, or a --max-memory too small):
 # its reason (the cell's "refused") shown as "not run: REASON" in the tables; a rerun tries again
 REFUSED = "refused"
@@ -927,6 +929,9 @@ def read_earlier(recorded: Path) -> list[dict]:
                                  f"{item['column']}")
             if not isinstance(item["value"], (int, float)) or isinstance(item["value"], bool):
                 raise ValueError(f"measurement {i}: value {item['value']!r} is not a number")
+            texts = [k for k in EARLIER_TEXTS if not isinstance(item.get(k, ""), str)]
+            if texts:
+                raise ValueError(f"measurement {i}: {', '.join(texts)} is not a text")
     except (OSError, KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: not a file of earlier measurements ({e}); restore it from git") from None
     return items
@@ -944,25 +949,28 @@ def earlier_section(earlier: list[dict], scales: dict, header: list[str], rows: 
         return []
     models, marks = [row[0] for row in rows], {}
     lines = ["## Measured before this table's protocol (not its cells)", "",
-             "| column | model | `--normalize` | value | published | lr | epochs (best) | date | documented in | command |",
+             "| column | model | `--normalize` (other options) | value | published | lr | epochs (best) | date | "
+             "documented in | command |",
              "|" + "---|" * 10]
     for item in shown:
         metric = column_metric(item["column"], item["metric"])
         value = metric.show(item["value"])
         at = (models.index(f"`{item['model']}`"), header.index(column_header(item["column"], metric, item["scale"])))
-        marks.setdefault(at, []).append(f"{value} {item['normalize']}")
+        settings = " ".join([item["normalize"], *([item["options"]] if item.get("options") else [])])
+        marks.setdefault(at, []).append(f"{value} {settings}")
         published = PUBLISHED.get((item["column"], item["metric"]), {}).get(item["model"], "—")
         best = f" ({item['best_epoch']})" if item.get("best_epoch") else ""
-        lines.append(f"| {COLUMNS[item['column']].short} ({item['scale']}) | `{item['model']}` | {item['normalize']} | "
-                     f"{value} | {published} | {item['lr']:g} (fixed) | {item.get('epochs', '?')}{best} | "
-                     f"{item['date']} | {item['documented']} | `{item['command']}` |")
+        options = f" `{item['options']}`" if item.get("options") else ""
+        lines.append(f"| {COLUMNS[item['column']].short} ({item['scale']}) | `{item['model']}` | {item['normalize']}"
+                     f"{options} | {value} | {published} | {item['lr']:g} ({item.get('lr_from', 'fixed')}) | "
+                     f"{item.get('epochs', '?')}{best} | {item['date']} | {item['documented']} | `{item['command']}` |")
     for (r, c), values in marks.items():
         if rows[r][c] == NOT_RUN:  # a recorded or carried cell shows itself
             rows[r][c] = f"{NOT_RUN} (earlier protocol: {' / '.join(values)})"
     lines += ["", f"- from [{EARLIER}]({EARLIER}), transcribed from the docs it names: one seed each, at a fixed lr "
-                  "instead of the one its ci cell chooses on val, and their run directories were lost with their "
-                  "machines, so they stand beside the table, not in it; the queue trains those cells under the "
-                  "table's protocol", ""]
+                  "or one an earlier ci search chose (not the table's ci cell), some with other options, and their "
+                  "run directories were lost with their machines, so they stand beside the table, not in it; the "
+                  "queue trains those cells under the table's protocol", ""]
     return lines
 
 

@@ -884,6 +884,9 @@ def test_the_committed_table_is_the_one_the_committed_records_make(tmp_path):
     assert "| `scalegmn` | 97.60 | 96.57 |" in made  # a recorded full MNIST cell
     # the DWSNet both ways at full scale (issue 32), measured before the protocol: earlier.json
     assert "| `dwsnet` | not run (earlier protocol: 93.93 entry / 93.50 orbit) | 85.71 |" in made
+    # and the generalization column's full-zoo runs of 2026-11-25 (the DWSNet's without BN)
+    assert "| not run (earlier protocol: 0.012 entry --no-bn) | not run (earlier protocol: 0.790 entry --no-bn) |" \
+        in made
 
 
 def earlier_item(**change) -> dict:
@@ -909,7 +912,19 @@ def test_earlier_measurements_stand_beside_the_recorded_table_not_in_its_cells(t
     assert "| MNIST INRs (smoke) | `dwsnet` | entry | 93.93 | 85.71 | 0.001 (fixed) | 100 (99) | 2026-11-25 | " \
            "docs/train.md, \"X\" | `python -m pipelines.inr_classification --scale full` |" in section
     assert "| `dwsnet` | orbit | 93.50 | 85.71 | 0.001 (fixed) | 100 | " in section and "22.42" not in table
+    # a measurement of both metrics, with other options and an lr an earlier search chose: both cells point to it
+    (records / weight_models.EARLIER).write_text(json.dumps({"measurements": [earlier_item(
+        column="generalization", model="mlp-align", metric=metric, value=value, options="--no-bn", best_epoch=15,
+        lr_from="val, an earlier ci search") for metric, value in (("test_mse", 1.26e-4), ("test_kendall_tau", 0.797))]}))
+    table = weight_models.write_recorded_table(records, scales).read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| `mlp-align` |"))
+    assert row.count("not run (earlier protocol: ") == 2
+    assert "| not run (earlier protocol: 0.013 entry --no-bn) | not run (earlier protocol: 0.797 entry --no-bn) |" in row
+    assert "| `mlp-align` | entry `--no-bn` | 0.013 | — | 0.001 (val, an earlier ci search) | 100 (15) |" in table
+    assert "| `mlp-align` | entry `--no-bn` | 0.797 | — |" in table
     # a recorded cell shows itself, and the earlier number stays below only
+    (records / weight_models.EARLIER).write_text(json.dumps({"measurements": [
+        earlier_item(), earlier_item(normalize="orbit", value=0.935, best_epoch=None)]}))
     (records / "smoke").mkdir()
     cell = {"model": "dwsnet", "status": "done", "lr": 5e-3, "lr_from": "val", "test_accuracy": 0.9,
             "zoo_train": "zoo train S --model dwsnet --task classify --out R", "model_version": 1}
@@ -931,6 +946,7 @@ def test_earlier_measurements_stand_beside_the_recorded_table_not_in_its_cells(t
     ({"measurements": [earlier_item(model="nfn-np", column="adapt")]}, "'nfn-np' / 'test_accuracy' is no cell"),
     ({"measurements": [earlier_item(metric="test_mse")]}, "'dwsnet' / 'test_mse' is no cell of --column mnist"),
     ({"measurements": [earlier_item(value="93.93")]}, "value '93.93' is not a number"),
+    ({"measurements": [earlier_item(options=["--no-bn"], lr_from=None)]}, "measurement 0: lr_from, options is not a text"),
 ])
 def test_a_damaged_earlier_file_is_an_error_in_one_line(tmp_path, saved, said):
     (tmp_path / weight_models.EARLIER).write_text(saved if isinstance(saved, str) else json.dumps(saved))
