@@ -1000,6 +1000,8 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
     for c, scale in scales.items():
         for model, cell in found[c].items():
             params = f", {cell['params']:,} parameters" if cell.get("params") else ""
+            if cell.get("wall_seconds"):  # the cell's own training, its lr search included (a 2-core CPU's)
+                params += f", {fmt_seconds(cell['wall_seconds'])} of training"
             rebuilt = " (rebuilt from the docs' numbers: its file's `reconstructed` says what is exact)" \
                 if "reconstructed" in cell else ""
             notes.append(f"{COLUMNS[c].short} ({scale}), `{model}`: lr {cell['lr']:g} (chosen on {cell['lr_from']})"

@@ -927,10 +927,11 @@ def test_earlier_measurements_stand_beside_the_recorded_table_not_in_its_cells(t
         earlier_item(), earlier_item(normalize="orbit", value=0.935, best_epoch=None)]}))
     (records / "smoke").mkdir()
     cell = {"model": "dwsnet", "status": "done", "lr": 5e-3, "lr_from": "val", "test_accuracy": 0.9,
-            "zoo_train": "zoo train S --model dwsnet --task classify --out R", "model_version": 1}
+            "zoo_train": "zoo train S --model dwsnet --task classify --out R", "model_version": 1, "wall_seconds": 5400}
     (records / "smoke" / "results-mnist.json").write_text(json.dumps({"cells": {"dwsnet": cell}}))
     table = weight_models.write_recorded_table(records, scales).read_text()
     assert "| `dwsnet` | 90.00 | 85.71 |" in table and "| `dwsnet` | entry | 93.93 |" in table
+    assert "- MNIST INRs (smoke), `dwsnet`: lr 0.005 (chosen on val), 1.5 h of training: `zoo train S " in table
     # none: no section
     (records / weight_models.EARLIER).unlink()
     assert "Measured before" not in weight_models.write_recorded_table(records, scales).read_text()
