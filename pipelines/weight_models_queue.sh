@@ -89,7 +89,8 @@ stage ci-generalization generalization ci mlp,mlp-align,dwsnet,nfn-hnp,scalegmn 
 # with whole cells recorded, and their lrs are what the full INR cells of the cheap models take
 stage ci-mnist-cheap mnist ci $CHEAP
 stage ci-fmnist-cheap fmnist ci $CHEAP
-stage full-generalization generalization full mlp,mlp-align,dwsnet,nfn-hnp "$R/generalization"
+# session 30: the two INR columns at full scale are the "done when", so their cheap cells come next
+# (each zoo 36-46 min, each cell minutes to ~4 h, so each ends within a session), before full-generalization
 stage full-mnist-mlps mnist full mlp,mlp-align
 # recorded with their commands (docs/train.md), run directories lost with a machine: dwsnet and the NFNs in
 # sessions 1-11 (lost with session 12's). The NFNs' full cells stand in docs/recorded/weight-models (session
@@ -97,6 +98,7 @@ stage full-mnist-mlps mnist full mlp,mlp-align
 # cell's lr)
 stage full-mnist-recorded mnist full dwsnet,nfn-hnp,nfn-np
 stage full-fmnist-cheap fmnist full $CHEAP
+stage full-generalization generalization full mlp,mlp-align,dwsnet,nfn-hnp "$R/generalization"
 # the >= 80.8% goal: the ci cell is recorded (67.35%, session 20); the full one ~15-20 h on this CPU
 stage ci-fmnist-scalegmn fmnist ci scalegmn
 stage full-fmnist-scalegmn fmnist full scalegmn
