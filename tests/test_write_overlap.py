@@ -62,7 +62,7 @@ def test_a_whole_chunk_file_has_the_bytes_zarr_writes(tmp_path, checksum):
 
     from zarr.codecs import Crc32cCodec
 
-    from zoo.store.writer import _direct_chunk_file, _stage_chunk_file
+    from zoo.store.writer import _direct_chunk_file, _stage_chunk_files
 
     values = np.random.default_rng(0).standard_normal((10, 3, 5)).astype(np.float32)
     codecs = {"compressors": [Crc32cCodec()] if checksum else None}
@@ -77,7 +77,8 @@ def test_a_whole_chunk_file_has_the_bytes_zarr_writes(tmp_path, checksum):
             if side == "direct" and target is not None:
                 path, crc = target
                 assert crc == checksum
-                os.replace(_stage_chunk_file(values[start:stop], path, crc, chunk, "W1"), path)
+                [(tmp, _)] = _stage_chunk_files([("W1", values[start:stop], path, crc)], chunk)
+                os.replace(tmp, path)
             else:
                 arr[start:stop] = values[start:stop]
         files[side] = {p.relative_to(tmp_path / side): p.read_bytes() for p in (tmp_path / side).rglob("*")
