@@ -92,3 +92,29 @@ def test_a_nan_in_any_part_leaves_no_file(tmp_path, monkeypatch, where):
         writer._stage_chunk_files([(name, values, *targets[name]) for name, values in arrays.items()], chunk=3)
     after = sorted(p for p in tmp_path.rglob("*"))
     assert after == before or all(p.is_dir() for p in set(after) - set(before))  # no file, at most the folders
+
+
+def test_a_failing_write_raises_its_own_error_and_leaves_no_file(tmp_path, monkeypatch):
+    """A full disk in one thread's part: its OSError reaches the caller, the other parts stop, no file stays."""
+    import errno
+    import os
+
+    monkeypatch.setattr(writer, "_STAGING_THREADS", 2)
+    monkeypatch.setattr(writer, "_SPLIT_BYTES", 64)
+    monkeypatch.setattr(writer, "_BLOCK", 16)
+    arrays = {"W1": np.ones((6, 8, 8), np.float32), "b1": np.ones((6, 4), np.float32)}
+    _, targets = zarr_chunk_files(tmp_path, arrays, True)
+    calls, pwrite = [], os.pwrite
+
+    def full_disk(fd, data, offset):
+        calls.append(offset)
+        if len(calls) == 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return pwrite(fd, data, offset)
+
+    monkeypatch.setattr(writer.os, "pwrite", full_disk)
+    before = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    with pytest.raises(OSError, match="No space left"):
+        writer._stage_chunk_files([(name, values, *targets[name]) for name, values in arrays.items()], chunk=0)
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == before
+    assert 6 * 8 * 8 * 4 not in calls and 6 * 4 * 4 not in calls  # no checksum was written after it

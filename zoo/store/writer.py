@@ -270,9 +270,9 @@ def _stage_chunk_files(arrays: list[tuple[str, np.ndarray, Path, bool]], chunk: 
     (:func:`~zoo.store.checksum.crc32c_combine`). ``isfinite`` and ``os.pwrite`` release the GIL, so
     one thread's checks run while another's bytes go to the disk: the 482 MB chunk of a paper-sized
     zoo took 128 ms into the page cache, as long as a plain write of its bytes (129 ms), against 207
-    ms for the same passes in one thread (docs/store-format.md, 2026-12-04)."""
+    ms for the same passes in one thread (benchmarks/README.md, 2026-12-04)."""
     staged, files, parts = [], [], []
-    failed = threading.Event()  # a part that met a non-finite value stops the others
+    stop = threading.Event()  # set by a part that met a non-finite value, or by a failure here
     try:
         for name, values, path, checksum in arrays:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -283,9 +283,13 @@ def _stage_chunk_files(arrays: list[tuple[str, np.ndarray, Path, bool]], chunk: 
             cuts = np.linspace(0, flat.size, _STAGING_THREADS + 1 if flat.nbytes > _SPLIT_BYTES else 2).astype(int)
             parts += [(len(files) - 1, flat, int(lo), int(hi), checksum, name) for lo, hi in zip(cuts[:-1], cuts[1:])]
         with ThreadPoolExecutor(min(_STAGING_THREADS, max(len(parts), 1)), thread_name_prefix="zoo-stage") as pool:
-            futures = [pool.submit(_stage_part, files[i], flat, lo, hi, checksum, chunk, name, failed)
+            futures = [pool.submit(_stage_part, files[i], flat, lo, hi, checksum, chunk, name, stop)
                        for i, flat, lo, hi, checksum, name in parts]
-            crcs = [future.result() for future in futures]  # the first failure raises (`with` waits for the rest)
+            try:
+                crcs = [future.result() for future in futures]  # the first failure raises
+            except BaseException:  # a NaN, a full disk, Ctrl-C: the other parts stop at their next block
+                stop.set()
+                raise
         whole: dict[int, int] = {}
         for (i, _, lo, hi, checksum, _), crc in zip(parts, crcs):
             if checksum:
@@ -304,16 +308,17 @@ def _stage_chunk_files(arrays: list[tuple[str, np.ndarray, Path, bool]], chunk: 
 
 
 def _stage_part(fd: int, flat: np.ndarray, lo: int, hi: int, checksum: bool, chunk: int, name: str,
-                failed: threading.Event) -> int:
+                stop: threading.Event) -> int:
     """Elements ``lo:hi`` of ``flat`` checked, checksummed (their crc32c returned, 0 without) and written
-    at their offset in ``fd``, :data:`_BLOCK` at a time (:func:`_stage_chunk_files`)."""
+    at their offset in ``fd``, :data:`_BLOCK` at a time (:func:`_stage_chunk_files`); given up, half
+    written, once ``stop`` is set (the chunk is refused)."""
     data, flags, crc = flat.view(np.uint8), np.empty(min(hi - lo, _BLOCK), dtype=bool), 0
     for begin in range(lo, hi, _BLOCK):
-        if failed.is_set():
+        if stop.is_set():
             return 0
         end = min(begin + _BLOCK, hi)
         if not np.isfinite(flat[begin:end], out=flags[:end - begin]).all():
-            failed.set()
+            stop.set()
             _refuse_non_finite(chunk, name)
         block = data[4 * begin:4 * end]
         if checksum:
