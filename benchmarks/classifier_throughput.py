@@ -38,21 +38,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from zoo.generate.kinds import get_kind
-from zoo.sources import get_source
-from zoo.train.data import ClassifierData, batch_plan, classifier_data, input_vectors, normalized
-from zoo.train.evaluate import full_float32
-from zoo.train.mlp import MlpSpec, get_activation, init_params, reference_network
-from zoo.train.runs import draw_run
-from zoo.train.schedule import ADAM_BETAS, ADAM_EPS
-from zoo.train.trainer import default_group, flushed_denormals, host_arrays, train_runs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's zoo and dws, not another install
+
+from zoo.generate.kinds import get_kind  # noqa: E402
+from zoo.sources import get_source  # noqa: E402
+from zoo.train.data import ClassifierData, batch_plan, classifier_data, input_vectors, normalized  # noqa: E402
+from zoo.train.evaluate import full_float32  # noqa: E402
+from zoo.train.mlp import MlpSpec, get_activation, init_params, reference_network  # noqa: E402
+from zoo.train.runs import draw_run  # noqa: E402
+from zoo.train.schedule import ADAM_BETAS, ADAM_EPS  # noqa: E402
+from zoo.train.trainer import default_group, flushed_denormals, host_arrays, train_runs  # noqa: E402
 
 ZOO_CHUNK = 1024  # zoo generate's default --chunk-size, in networks
 

@@ -21,14 +21,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from zoo.fit import triton_step
-from zoo.fit.adam import MaskedAdam
-from zoo.fit.reference import Siren
-from zoo.fit.siren import Grid2D, SirenSpec, init_params, mse_and_grads
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's zoo and dws, not another install
+
+from zoo.fit import triton_step  # noqa: E402
+from zoo.fit.adam import MaskedAdam  # noqa: E402
+from zoo.fit.reference import Siren  # noqa: E402
+from zoo.fit.siren import Grid2D, SirenSpec, init_params, mse_and_grads  # noqa: E402
 
 
 def images(args, K: int) -> torch.Tensor:

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from zoo.fit import native
-from zoo.fit.fitter import FitConfig, fit_batch
-from zoo.fit.reference import fit_one
-from zoo.fit.siren import Grid2D, SirenSpec
-from zoo.sources import get_source
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's zoo and dws, not another install
+
+from zoo.fit import native  # noqa: E402
+from zoo.fit.fitter import FitConfig, fit_batch  # noqa: E402
+from zoo.fit.reference import fit_one  # noqa: E402
+from zoo.fit.siren import Grid2D, SirenSpec  # noqa: E402
+from zoo.sources import get_source  # noqa: E402
 
 
 @contextlib.contextmanager

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
-from dws.stream import WeightStoreLoader, inr_augmentation
-from dws.stream.synthetic import write_synthetic_store
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's zoo and dws, not another install
+
+from dws.stream import WeightStoreLoader, inr_augmentation  # noqa: E402
+from dws.stream.synthetic import write_synthetic_store  # noqa: E402
 
 WIDTHS = (2, 32, 32, 1)
 

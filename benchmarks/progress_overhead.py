@@ -15,20 +15,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from zoo.fit.fitter import FitConfig, fit_batch
-from zoo.fit.siren import Grid2D, SirenSpec
-from zoo.generate.kinds import KINDS
-from zoo.generate.progress import GenerateProgress
-from zoo.sources import get_source
-from zoo.train.data import classifier_data
-from zoo.train.mlp import MlpSpec
-from zoo.train.runs import draw_run
-from zoo.train.schedule import TrainSchedule
-from zoo.train.trainer import train_runs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's zoo and dws, not another install
+
+from zoo.fit.fitter import FitConfig, fit_batch  # noqa: E402
+from zoo.fit.siren import Grid2D, SirenSpec  # noqa: E402
+from zoo.generate.kinds import KINDS  # noqa: E402
+from zoo.generate.progress import GenerateProgress  # noqa: E402
+from zoo.sources import get_source  # noqa: E402
+from zoo.train.data import classifier_data  # noqa: E402
+from zoo.train.mlp import MlpSpec  # noqa: E402
+from zoo.train.runs import draw_run  # noqa: E402
+from zoo.train.schedule import TrainSchedule  # noqa: E402
+from zoo.train.trainer import train_runs  # noqa: E402
 
 
 def alternate(work, repeats: int) -> tuple[float, float]:

@@ -25,6 +25,9 @@ import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's zoo and dws, not another install
 
 
 def start_s3() -> tuple[subprocess.Popen, str]:

@@ -46,6 +46,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's zoo and dws, not another install
+
 FMNIST_WIDTHS = (784, 128, 128, 128, 10)
 PAPER_CHUNK = 894  # 6 runs x 149 checkpoints: 482 MB
 

@@ -43,10 +43,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from dws.stream import WeightStoreLoader
-from dws.stream.batch import Batch
-from dws.stream.synthetic import write_synthetic_store
-from dws.stream.windows import WINDOW, WindowStream, derived_generator
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's zoo and dws, not another install
+
+from dws.stream import WeightStoreLoader  # noqa: E402
+from dws.stream.batch import Batch  # noqa: E402
+from dws.stream.synthetic import write_synthetic_store  # noqa: E402
+from dws.stream.windows import WINDOW, WindowStream, derived_generator  # noqa: E402
 
 WIDTHS = (784, 128, 128, 10)
 
