@@ -118,3 +118,15 @@ def test_a_failing_write_raises_its_own_error_and_leaves_no_file(tmp_path, monke
         writer._stage_chunk_files([(name, values, *targets[name]) for name, values in arrays.items()], chunk=0)
     assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == before
     assert 6 * 8 * 8 * 4 not in calls and 6 * 4 * 4 not in calls  # no checksum was written after it
+
+
+def test_without_pwrite_one_thread_writes_the_same_bytes(tmp_path, monkeypatch):
+    """Where ``os.pwrite`` is missing (Windows) the parts are written by seeking, in one thread."""
+    monkeypatch.delattr(writer.os, "pwrite")
+    monkeypatch.setattr(writer, "_STAGING_THREADS", 1)
+    monkeypatch.setattr(writer, "_SPLIT_BYTES", 64)
+    monkeypatch.setattr(writer, "_BLOCK", 7)
+    values = np.random.default_rng(3).standard_normal((5, 7, 11)).astype(np.float32)
+    expected, targets = zarr_chunk_files(tmp_path, {"W1": values}, True)
+    [(tmp, _)] = writer._stage_chunk_files([("W1", values, *targets["W1"])], chunk=0)
+    assert tmp.read_bytes() == expected["W1"]

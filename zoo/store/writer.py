@@ -252,9 +252,9 @@ def _direct_chunk_file(arr, chunk: int, values: np.ndarray) -> tuple[Path, bool]
     return Path(arr.store.root) / arr.path / chunk_key(arr, chunk), len(codecs) == 2
 
 
-#: threads that stage a chunk's files (:func:`_stage_chunk_files`), and the size above which an array
-#: is cut into one part per thread
-_STAGING_THREADS = 2
+#: threads that stage a chunk's files (:func:`_stage_chunk_files`; one where there is no ``os.pwrite``:
+#: Windows), and the size above which an array is cut into one part per thread
+_STAGING_THREADS = 2 if hasattr(os, "pwrite") else 1
 _SPLIT_BYTES = 8 << 20
 
 
@@ -328,8 +328,10 @@ def _stage_part(fd: int, flat: np.ndarray, lo: int, hi: int, checksum: bool, chu
 
 
 def _write_all(fd: int, view: memoryview, offset: int) -> None:
+    if not hasattr(os, "pwrite"):  # one staging thread: seek, then write
+        os.lseek(fd, offset, os.SEEK_SET)
     while view:
-        written = os.pwrite(fd, view, offset)
+        written = os.pwrite(fd, view, offset) if hasattr(os, "pwrite") else os.write(fd, view)
         view, offset = view[written:], offset + written
 
 
