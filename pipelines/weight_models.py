@@ -956,13 +956,13 @@ def earlier_section(earlier: list[dict], scales: dict, header: list[str], rows: 
         metric = column_metric(item["column"], item["metric"])
         value = metric.show(item["value"])
         at = (models.index(f"`{item['model']}`"), header.index(column_header(item["column"], metric, item["scale"])))
-        settings = " ".join([item["normalize"], *([item["options"]] if item.get("options") else [])])
-        marks.setdefault(at, []).append(f"{value} {settings}")
+        options = item.get("options", "")
+        marks.setdefault(at, []).append(" ".join(filter(None, (value, item["normalize"], options))))
         published = PUBLISHED.get((item["column"], item["metric"]), {}).get(item["model"], "—")
         best = f" ({item['best_epoch']})" if item.get("best_epoch") else ""
-        options = f" `{item['options']}`" if item.get("options") else ""
         lines.append(f"| {COLUMNS[item['column']].short} ({item['scale']}) | `{item['model']}` | {item['normalize']}"
-                     f"{options} | {value} | {published} | {item['lr']:g} ({item.get('lr_from', 'fixed')}) | "
+                     f"{f' `{options}`' if options else ''} | {value} | {published} | "
+                     f"{item['lr']:g} ({item.get('lr_from', 'fixed')}) | "
                      f"{item.get('epochs', '?')}{best} | {item['date']} | {item['documented']} | `{item['command']}` |")
     for (r, c), values in marks.items():
         if rows[r][c] == NOT_RUN:  # a recorded or carried cell shows itself
