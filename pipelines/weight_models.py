@@ -989,8 +989,13 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
         name = results_path(Path(scale), column).as_posix()
         return f"[{name}]({name})"
 
-    notes = [f"{COLUMNS[c].title} ({scale}): " + (link(scale, c) if found[c] else "nothing recorded yet")
-             for c, scale in scales.items()]
+    cells = {c: [m for m in MODELS if m in COLUMNS[c].models] for c in scales}  # the table's rows it applies to
+    counts = {c: (sum(m in found[c] for m in cells[c]), len(cells[c])) for c in scales}
+    notes = [f"recorded: {sum(n for n, _ in counts.values())} of {sum(t for _, t in counts.values())} cells ("
+             + ", ".join(f"{COLUMNS[c].short} ({scale}) {counts[c][0]} of {counts[c][1]}" for c, scale in scales.items())
+             + ")"]
+    notes += [f"{COLUMNS[c].title} ({scale}): " + (link(scale, c) if found[c] else "nothing recorded yet")
+              for c, scale in scales.items()]
     notes += [protocol_note("below and in its column's file"),
               "not run: no finished cell recorded yet (the queue, `pipelines/weight_models_queue.sh`, fills them); "
               "carried: an unfinished cell's checkpoints, committed, which the next machine resumes",

@@ -882,6 +882,8 @@ def test_the_committed_table_is_the_one_the_committed_records_make(tmp_path):
     assert (recorded / weight_models.TABLE).read_text() == made, \
         "docs/recorded/weight-models/table.md is not the recorded cells' table: run --record and commit it"
     assert "| `scalegmn` | 97.60 | 96.57 |" in made  # a recorded full MNIST cell
+    assert re.search(r"^- recorded: \d+ of 39 cells \(MNIST INRs \(full\) \d of 9, Fashion-MNIST INRs \(full\) \d of 9, "
+                     r"sine \(ci\) \d of 9, generalization \(full\) \d of 9, adaptation \(ci\) \d of 3\)$", made, re.M)
     # the DWSNet both ways at full scale (issue 32), measured before the protocol: earlier.json
     assert "| `dwsnet` | not run (earlier protocol: 93.93 entry / 93.50 orbit) | 85.71 |" in made
     # and the generalization column's full-zoo runs of 2026-11-25 (the DWSNet's without BN)
@@ -932,6 +934,8 @@ def test_earlier_measurements_stand_beside_the_recorded_table_not_in_its_cells(t
     table = weight_models.write_recorded_table(records, scales).read_text()
     assert "| `dwsnet` | 90.00 | 85.71 |" in table and "| `dwsnet` | entry | 93.93 |" in table
     assert "- MNIST INRs (smoke), `dwsnet`: lr 0.005 (chosen on val), 1.5 h of training: `zoo train S " in table
+    assert "- recorded: 1 of 39 cells (MNIST INRs (smoke) 1 of 9, Fashion-MNIST INRs (smoke) 0 of 9, " in table
+    assert ", adaptation (smoke) 0 of 3)" in table
     # none: no section
     (records / weight_models.EARLIER).unlink()
     assert "Measured before" not in weight_models.write_recorded_table(records, scales).read_text()
