@@ -271,6 +271,8 @@ def _stage_chunk_files(arrays: list[tuple[str, np.ndarray, Path, bool]], chunk: 
     one thread's checks run while another's bytes go to the disk: the 482 MB chunk of a paper-sized
     zoo took 128 ms into the page cache, as long as a plain write of its bytes (129 ms), against 207
     ms for the same passes in one thread (benchmarks/README.md, 2026-12-04)."""
+    if not arrays:  # every array of the chunk goes through zarr (a URL, the edge chunk)
+        return []
     staged, files, parts = [], [], []
     stop = threading.Event()  # set by a part that met a non-finite value, or by a failure here
     try:
@@ -282,7 +284,7 @@ def _stage_chunk_files(arrays: list[tuple[str, np.ndarray, Path, bool]], chunk: 
             flat = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
             cuts = np.linspace(0, flat.size, _STAGING_THREADS + 1 if flat.nbytes > _SPLIT_BYTES else 2).astype(int)
             parts += [(len(files) - 1, flat, int(lo), int(hi), checksum, name) for lo, hi in zip(cuts[:-1], cuts[1:])]
-        with ThreadPoolExecutor(min(_STAGING_THREADS, max(len(parts), 1)), thread_name_prefix="zoo-stage") as pool:
+        with ThreadPoolExecutor(min(_STAGING_THREADS, len(parts)), thread_name_prefix="zoo-stage") as pool:
             futures = [pool.submit(_stage_part, files[i], flat, lo, hi, checksum, chunk, name, stop)
                        for i, flat, lo, hi, checksum, name in parts]
             try:
@@ -296,7 +298,7 @@ def _stage_chunk_files(arrays: list[tuple[str, np.ndarray, Path, bool]], chunk: 
                 whole[i] = crc if i not in whole else crc32c_combine(whole[i], crc, 4 * (hi - lo))
         for i, ((_, values, _, checksum), fd) in enumerate(zip(arrays, files)):
             if checksum:
-                _write_all(fd, memoryview(whole.get(i, 0).to_bytes(4, "little")), values.size * 4)
+                _write_all(fd, memoryview(whole[i].to_bytes(4, "little")), values.size * 4)  # every array has a part
     except BaseException:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
