@@ -87,11 +87,14 @@ def test_the_reduction_is_bias_free_and_the_model_behind_it_sees_the_reduced_inp
         assert abs(desc["params"] - desc["sized_to"]) <= 0.15 * desc["sized_to"], desc
 
 
-@pytest.mark.parametrize("name", NEWER)
+@pytest.mark.parametrize("name", NEWER + ("dwsnet", "mlp", "mlp-align"))
 def test_a_reduction_that_does_not_reduce_is_refused_in_one_line(name):
-    for reduced_to in (4, 9):
+    """The DWSNet's own LIN(d_0, d_0') too (and the baselines sized to it): a map to as many inputs or more
+    would add parameters, not save them; before, the DWSNet took --input-reduction 16 on 2-input INRs."""
+    for reduced_to in (4, 9, 0):
         with pytest.raises(ValueError, match=f"--input-reduction {reduced_to} must be between 1 and the networks' 4"):
             build_model(name, (4, 5, 2), 3, hidden_channels=4, input_reduction=reduced_to, activation="relu")
+    assert build_model(name, (4, 5, 2), 3, hidden_channels=4, input_reduction=3, activation="relu")[1]["params"] > 0
 
 
 def test_zoo_train_reduces_a_classifier_zoo_s_inputs_for_scalegmn_and_reevaluates_the_run(mnist_classifier_zoo,

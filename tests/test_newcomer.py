@@ -255,6 +255,10 @@ def test_store_defaults_per_kind(tiny_store, sine_store, mnist_classifier_zoo):
     assert (given.target, given.hidden_channels, given.input_reduction, given.augment) == ("test_accuracy", 8, 16, True)
     adapt = with_task_defaults(TrainOptions(store=str(mnist_classifier_zoo), task="adapt"))
     assert (adapt.target, adapt.hidden_channels, adapt.input_reduction) == (None, 16, 16)
+    # the default d_0' = 16 only where it reduces: an INR store's 2 inputs keep their size (an explicit
+    # --input-reduction 16 there is refused by the model, tests/test_input_reduction.py)
+    inr_adapt = with_task_defaults(TrainOptions(store=str(tiny_store), task="adapt"))
+    assert (inr_adapt.hidden_channels, inr_adapt.input_reduction) == (16, None)
 
 
 @pytest.fixture(scope="module")

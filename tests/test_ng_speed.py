@@ -23,11 +23,13 @@ from test_nfn import random_space, random_widths
 
 
 def reference_aggregate(messages: torch.Tensor, delta: float, scalers=("identity", "amplification")) -> torch.Tensor:
-    """PNA's aggregation as PyG writes it: mean, min, max, std of the neighbours, times each scaler."""
+    """PNA's aggregation as PyG writes it: mean, min, max, std of the neighbours, times each scaler; the
+    extrema as ``torch.min``/``torch.max`` over the axis, whose gradient goes to the returned index (the
+    first of tied neighbours), as torch-scatter's ``scatter_min``/``scatter_max`` route it."""
     k = messages.shape[2]
     mean = messages.mean(dim=2)
     std = ((messages * messages).mean(dim=2) - mean * mean).clamp(min=1e-5).sqrt()
-    stats = torch.cat([mean, messages.amin(dim=2), messages.amax(dim=2), std], dim=-1)
+    stats = torch.cat([mean, messages.min(dim=2).values, messages.max(dim=2).values, std], dim=-1)
     return torch.cat([stats * (math.log(k + 1) / delta) ** SCALERS[s] for s in scalers], dim=-1)
 
 
@@ -60,11 +62,47 @@ def test_the_aggregation_equals_pygs_formula(seed):
                 grads_of(want, [leaf], torch.Generator().manual_seed(seed)))
 
 
-def test_a_tie_shares_the_gradient_as_amin_does():
-    x = torch.tensor([[[[1.0], [1.0], [3.0]]]], dtype=torch.float64, requires_grad=True)  # [1, 1, 3, 1]
-    low = aggregate(x, 1.0, scalers=("identity",))[..., 1]  # the min aggregator's channel
-    (grad,) = torch.autograd.grad(low.sum(), x)
-    assert grad.flatten().tolist() == [0.5, 0.5, 0.0]
+def test_a_tie_gives_the_whole_gradient_to_its_first_neighbour():
+    """As torch-scatter's ``scatter_min`` (PyG's PNA on a GPU): one subgradient, nothing lost or doubled."""
+    x = torch.tensor([[[[3.0], [1.0], [1.0], [2.0], [3.0]]]], dtype=torch.float64, requires_grad=True)  # [1, 1, 5, 1]
+    stats = aggregate(x, 1.0, scalers=("identity",))
+    (low_grad,) = torch.autograd.grad(stats[..., 1].sum(), x, retain_graph=True)  # the min aggregator's channel
+    (high_grad,) = torch.autograd.grad(stats[..., 2].sum(), x)  # the max's
+    assert low_grad.flatten().tolist() == [0.0, 1.0, 0.0, 0.0, 0.0]
+    assert high_grad.flatten().tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_blocks_are_aggregated_as_their_concatenation(seed):
+    """Blocks of different sizes, one a transposed view, bfloat16 or float32 (with ties), an empty one: the
+    statistics and each block's gradient (in its own dtype) are those of the concatenated, widened messages."""
+    gen = torch.Generator().manual_seed(1250 + seed)
+    B, n, C = (int(v) for v in torch.randint(1, 5, (3,), generator=gen))
+    sizes = [int(v) for v in torch.randint(1, 6, (2,), generator=gen)]
+    dtype = torch.bfloat16 if seed % 2 else torch.float32
+    first = (torch.randn(B, n, sizes[0], C, generator=gen) * 3).round().to(dtype).requires_grad_()
+    second_leaf = (torch.randn(B, sizes[1], n, C, generator=gen) * 3).round().to(dtype).requires_grad_()
+    second = second_leaf.transpose(1, 2)
+    empty = first.new_zeros(B, n, 0, C)
+    got = aggregate([first, empty, second], 1.3)
+    whole = torch.cat([first, second], dim=2).float()
+    want = reference_aggregate(whole, 1.3)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    g = torch.randn(got.shape, generator=gen)
+    got_grads = torch.autograd.grad(got, [first, second_leaf], g)
+    want_grads = torch.autograd.grad(want, [first, second_leaf], g)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        assert a.dtype == dtype  # float32: the moments' two products in one addcmul round differently (~1 ulp)
+        torch.testing.assert_close(a, b, **({"rtol": 0, "atol": 0} if dtype == torch.bfloat16 else {}))
+
+
+def test_aggregating_no_blocks_is_an_error_and_no_neighbours_are_zeros():
+    with pytest.raises(ValueError, match="at least one block"):
+        aggregate([], 1.0)
+    empty = torch.zeros(2, 3, 0, 4, dtype=torch.bfloat16)
+    zeros = aggregate([empty, empty], 1.0)
+    assert zeros.shape == (2, 3, 4 * 4 * 2) and zeros.dtype == torch.float32 and not zeros.any()
 
 
 def reference_graph(constructor: GraphConstructor, ws) -> LayeredGraph:

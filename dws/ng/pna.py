@@ -3,7 +3,7 @@
 One :class:`PNAConv` is the reference code's ``PNAConv`` with ``modulate_edges=True``, one tower,
 one pre- and one post-layer: the message from node ``j`` to node ``i`` over edge ``e_ij`` is
 ``scale(e_ij) * pre([x_i, x_j]) + shift(e_ij)`` (``scale, shift`` one linear map of the edge), the
-node's messages are aggregated by :func:`~dws.ng.aggregation.aggregate`, and
+node's messages (one block per direction) are aggregated by :func:`~dws.ng.aggregation.aggregate`, and
 ``x_i' = lin(post([x_i, aggregate]))``. Between layers (the code's ``BasicGNN``): layer norm, SiLU,
 dropout, then every edge is updated by :class:`EdgeMLP`, ``lin1(SiLU(lin_e(e) + lin_s(x_source) +
 lin_t(x_target)))`` (no edge update after the last layer: ``final_edge_update=False``).
@@ -56,9 +56,9 @@ class PNAConv(nn.Module):
             if graph.backward is not None:
                 incoming[l].append(self.messages(x[l], x[l + 1], graph.backward[l], reverse=True).transpose(1, 2))
         out = []
-        for x_l, blocks in zip(x, incoming):
-            messages = torch.cat(blocks, dim=2) if blocks else x_l.new_zeros(*x_l.shape[:2], 0, x_l.shape[-1])
-            out.append(self.lin(self.post(torch.cat([x_l, aggregate(messages, self.delta, self.scalers)], dim=-1))))
+        for x_l, blocks in zip(x, incoming):  # a layer's blocks are aggregated as one, without concatenating them
+            blocks = blocks or [x_l.new_zeros(*x_l.shape[:2], 0, x_l.shape[-1])]
+            out.append(self.lin(self.post(torch.cat([x_l, aggregate(blocks, self.delta, self.scalers)], dim=-1))))
         return out
 
 

@@ -26,6 +26,11 @@ def reduced_widths(widths: Sequence[int], input_reduction: Reduction) -> tuple[i
     if input_reduction is None:
         return widths
     d0, dM = (input_reduction, None) if isinstance(input_reduction, int) else input_reduction
+    for new, old, axis in ((d0, widths[0], "inputs"), (dM, widths[-1], "outputs")):
+        if new is not None and not 0 < new < old:  # a map to as many or more would add cost, not save it
+            flag = "--input-reduction" if axis == "inputs" else "the output reduction"
+            raise ValueError(f"{flag} {new} must be between 1 and the networks' {old} {axis}, exclusive "
+                             f"(widths {widths}); leave it out to keep the {axis} as they are")
     return (d0 or widths[0],) + widths[1:-1] + (dM or widths[-1],)
 
 

@@ -274,6 +274,9 @@ def store_defaults(opts: TrainOptions) -> tuple[TrainOptions, str | None]:
         defaults.update(CLASSIFIER_ZOO_DEFAULTS if task == "regress" else
                         {k: v for k, v in CLASSIFIER_ZOO_DEFAULTS.items() if k != "target"})
     chosen.update({name: value for name, value in defaults.items() if name in unset and name != "task"})
+    inputs = ((manifest.get("architecture") or {}).get("widths") or [None])[0]
+    if chosen.get("input_reduction") and inputs and inputs <= chosen["input_reduction"]:
+        chosen["input_reduction"] = None  # a default d_0' that would not reduce the inputs is left out
     resolved = replace(opts, **chosen)
     # say what the store chose: the task (and target) where --task was not given, and for classifier
     # zoos the DWSNet and augmentation that differ from the INR zoos' defaults
