@@ -97,6 +97,16 @@ def test_blocks_are_aggregated_as_their_concatenation(seed):
         torch.testing.assert_close(a, b, **({"rtol": 0, "atol": 0} if dtype == torch.bfloat16 else {}))
 
 
+def test_blocks_of_mixed_dtypes_are_aggregated_in_the_widest():
+    gen = torch.Generator().manual_seed(7)
+    wide = torch.randn(2, 3, 4, 5, generator=gen, dtype=torch.float64) * 1e-9 + 1.0  # below float32's resolution
+    narrow = torch.randn(2, 3, 2, 5, generator=gen).bfloat16()
+    got = aggregate([narrow, wide], 1.0, scalers=("identity",))
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, reference_aggregate(torch.cat([narrow.double(), wide], dim=2), 1.0, ("identity",)),
+                               rtol=1e-12, atol=1e-14)
+
+
 def test_aggregating_no_blocks_is_an_error_and_no_neighbours_are_zeros():
     with pytest.raises(ValueError, match="at least one block"):
         aggregate([], 1.0)

@@ -11,6 +11,7 @@ without neighbours aggregates to zeros and counts as degree 1 in its scalers (al
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -42,7 +43,7 @@ class NeighbourMoments(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, *blocks: Tensor):
-        dtype = torch.promote_types(blocks[0].dtype, torch.float32)
+        dtype = functools.reduce(torch.promote_types, (b.dtype for b in blocks), torch.float32)
         if len(blocks) == 1 and blocks[0].dtype == dtype:
             x = blocks[0]
         else:
