@@ -29,6 +29,11 @@ def mean_log_degree(degrees: Sequence[int], counts: Sequence[int]) -> float:
     return sum(c * math.log(d + 1) for d, c in zip(degrees, counts)) / total
 
 
+def aggregation_dtype(blocks: Sequence[Tensor]) -> torch.dtype:
+    """The dtype messages are aggregated in: the widest of the blocks', float32 at least."""
+    return functools.reduce(torch.promote_types, (b.dtype for b in blocks), torch.float32)
+
+
 class NeighbourMoments(torch.autograd.Function):
     """Blocks ``[B, n, k_i, C]`` of one layer's messages -> the mean, the mean square, the min and the max
     over all ``k = sum(k_i)`` neighbours, in float32 or wider (bfloat16's min and max over this axis run
@@ -43,7 +48,7 @@ class NeighbourMoments(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, *blocks: Tensor):
-        dtype = functools.reduce(torch.promote_types, (b.dtype for b in blocks), torch.float32)
+        dtype = aggregation_dtype(blocks)
         if len(blocks) == 1 and blocks[0].dtype == dtype:
             x = blocks[0]
         else:
@@ -86,8 +91,7 @@ def aggregate(messages: Tensor | Sequence[Tensor], delta: float,
     k = sum(b.shape[2] for b in blocks)
     if k == 0:  # no neighbours: zeros, in the dtype the messages would have been aggregated in
         B, n, _, C = given[0].shape
-        return given[0].new_zeros(B, n, len(AGGREGATORS) * len(scalers) * C,
-                                  dtype=torch.promote_types(given[0].dtype, torch.float32))
+        return given[0].new_zeros(B, n, len(AGGREGATORS) * len(scalers) * C, dtype=aggregation_dtype(given))
     mean, mean_square, low, high = NeighbourMoments.apply(*blocks)
     var = mean_square - mean * mean  # E[x^2] - E[x]^2 as PyG; 2.5x faster than var_mean over this axis here
     stats = torch.cat([mean, low, high, var.clamp(min=1e-5).sqrt()], dim=-1)

@@ -26,9 +26,9 @@ def reduced_widths(widths: Sequence[int], input_reduction: Reduction) -> tuple[i
     if input_reduction is None:
         return widths
     d0, dM = (input_reduction, None) if isinstance(input_reduction, int) else input_reduction
-    for new, old, axis in ((d0, widths[0], "inputs"), (dM, widths[-1], "outputs")):
+    for new, old, axis, flag in ((d0, widths[0], "inputs", "--input-reduction"),
+                                 (dM, widths[-1], "outputs", "the output reduction")):
         if new is not None and not 0 < new < old:  # a map to as many or more would add cost, not save it
-            flag = "--input-reduction" if axis == "inputs" else "the output reduction"
             raise ValueError(f"{flag} {new} must be between 1 and the networks' {old} {axis}, exclusive "
                              f"(widths {widths}); leave it out to keep the {axis} as they are")
     return (d0 or widths[0],) + widths[1:-1] + (dM or widths[-1],)
@@ -77,9 +77,7 @@ class InputReduced(nn.Module):
     def __init__(self, widths: Sequence[int], reduced_to: int, model: nn.Module):
         super().__init__()
         widths = tuple(int(d) for d in widths)
-        if not 0 < reduced_to < widths[0]:
-            raise ValueError(f"--input-reduction {reduced_to} must be between 1 and the networks' {widths[0]} "
-                             f"inputs, exclusive")
+        # reduced_widths refuses a d_0' that does not reduce, in one line
         self.reduce = FreeAxisLinear(widths, reduced_widths(widths, reduced_to), bias=False)
         self.model = model
 
