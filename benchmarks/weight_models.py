@@ -27,7 +27,10 @@ whose step does not compile keeps its eager row, and the table says why.
 With ``--bf16`` each worker alternates float32 steps with steps under ``zoo train --precision bf16``'s
 autocast (``dws.tasks.trainer.step_precision``), ``--iters`` of each after two warm-ups of each, so both
 see the same load; a third table gives each model's bf16 step, its speedup over its own float32 step,
-and its time as a multiple of the DWSNet's float32 step.
+and its time as a multiple of the DWSNet's float32 step. With both flags the compiled step runs in bf16
+too (``zoo train --compile --precision bf16``, the neural graphs' full cells), alternated with the eager
+bf16 step it is compared with (the second table's "eager" column is then that bf16 step, and its ratios to
+the DWSNet stay over the DWSNet's float32 eager step).
 """
 
 from __future__ import annotations
@@ -106,8 +109,14 @@ def measure(args) -> dict:
     if args.compile:  # the same model, optimizer and batch, the step as zoo train --compile runs it
         try:
             step_model = compiled(model, device)
-            row["compile_s"] = step_time(step_model)  # the first step compiles forward and backward
-            row["compiled_s"] = median_step(step_model)
+            precision = "bf16" if args.bf16 else "fp32"
+            row["compile_s"] = step_time(step_model, precision)  # the first step compiles forward and backward
+            if args.bf16:  # compiled and eager bf16 steps alternated, as the float32 and bf16 ones above
+                pairs = [(step_time(model, "bf16"), step_time(step_model, "bf16")) for _ in range(args.iters + 2)][2:]
+                row["eager_bf16_s"] = statistics.median(p[0] for p in pairs)
+                row["compiled_s"] = statistics.median(p[1] for p in pairs)
+            else:
+                row["compiled_s"] = median_step(step_model)
         except Exception as e:  # noqa: BLE001 -- inductor's many error types: the table says which, the eager row stays
             lines = [line.strip() for line in str(e).splitlines() if line.strip()][:2]  # inductor's: where, then what
             row["compile_error"] = f"{type(e).__name__}: {' '.join(lines)[:300]}"
@@ -194,7 +203,8 @@ def print_bf16(rows: list[dict], base: dict):
 
 
 def print_compiled(rows: list[dict], base: dict):
-    """Eager and compiled steps side by side, each as a multiple of the DWSNet's eager and compiled step."""
+    """Eager and compiled steps side by side, each as a multiple of the DWSNet's eager and compiled step (with
+    ``--bf16``: the eager and compiled bf16 steps, over the DWSNet's float32 eager step and its compiled bf16 one)."""
     def cell(value: float | None, width: int, digits: int) -> str:
         return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
@@ -202,11 +212,13 @@ def print_compiled(rows: list[dict], base: dict):
           f"{'eager/D eager':>13} {'compiled/D eager':>16} {'compiled/D compiled':>19}")
     base_compiled = base.get("compiled_s")
     for r in rows:
-        eager, c = r["step_s"], r.get("compiled_s")
+        eager, c = r.get("eager_bf16_s", r["step_s"]), r.get("compiled_s")
         print(" ".join([f"{r['model']:<14}", cell(eager, 8, 3), cell(c, 10, 3), cell(c and eager / c, 7, 2),
                         cell(r.get("compile_s"), 11, 0), cell(eager / base["step_s"], 13, 1),
                         cell(c and c / base["step_s"], 16, 1), cell(c and base_compiled and c / base_compiled, 19, 1)]))
     print("s: seconds per step; D: the DWSNet's step (the issue's goal: a model's time within 3x of it)")
+    if any("eager_bf16_s" in r for r in rows):
+        print("with --bf16: eager and compiled are bf16 steps; 'D eager' is the DWSNet's float32 eager step")
     for r in rows:
         if "compile_error" in r:
             print(f"{r['model']}: torch.compile failed: {r['compile_error']}")

@@ -21,7 +21,7 @@ that pipeline makes at the scale) and with that pipeline's training settings:
   epoch). ``full``: the paper's 55,000 / 5,000 / 10,000 INRs, 100 epochs at the lr of the model's ci
   cell (or ``--lr MODEL=LR``), as the recorded full-scale DWSNet run; cheapest first (ci's time per
   epoch), one at a time; the neural graphs and ScaleGMN with ``--precision bf16`` (1.4-1.7x a step on a
-  CPU; docs/train.md, "Precision").
+  CPU; docs/train.md, "Precision"), the neural graphs also with ``--compile`` (1.4-1.8x more).
 - ``sine``: sine_regression's zoo (ci: 320 / 50 / 100 INRs of sin(bx)), ``--task regress`` of the
   frequency, test MSE; its settings (8 channels, 2 layers, batch 32, 40 epochs). Scales smoke, ci.
 - ``generalization``: generalization's Fashion-MNIST classifier zoo, ``--task regress --target
@@ -82,6 +82,8 @@ from dws.tasks.prepare import SPEED_ONLY, option_flag
 from dws.tasks.protocol import PAPER_LRS
 from dws.tasks.rundir import finished_run
 from dws.tasks.run import train_run
+from dws.tasks.trainer import slow_precision
+from zoo.devices import resolve_device
 from zoo.options import require_positive
 from zoo.store import WeightStore
 
@@ -109,16 +111,22 @@ class Protocol:
     batch_sizes: dict = field(default_factory=dict)  # per-model batch sizes where they differ from train's
     progress: bool = True  # training progress bars
     # models whose cells train with zoo train --precision bf16: the graph models' full cells, 1.4-1.7x a step on
-    # this CPU (more than --compile's 1.1-1.2x; the two together fail in torch 2.13's inductor), whose sine cells
-    # at bf16 differ from fp32's by less than the seeds do (docs/train.md, "Precision")
+    # a CPU with native bfloat16 (more than --compile's 1.1-1.2x alone), whose sine cells at bf16 differ from
+    # fp32's by less than the seeds do (docs/train.md, "Precision"); on a CPU without it (8-12x slower) they
+    # are refused, and wait for a machine that has it
     bf16: tuple = ()
+    # models whose cells also train with zoo train --compile: the neural graphs' full cells, whose compiled bf16
+    # step is 1.8x (ng-gnn) and 1.4x (ng-transformer) the eager one on this CPU (session 32, docs/train.md);
+    # ScaleGMN's gains 1.04x, not worth its minutes of compiling
+    compiled: tuple = ()
 
 
 # the INR columns
 SCALES = {
     "smoke": Protocol("smoke", dict(epochs=2, seeds=1, lr=None, batch_size=8, hidden_channels=4), progress=False),
     "ci": Protocol("ci", dict(epochs=40, seeds=1, lr=None), epochs={m: 10 for m in MODEL_BATCH_SIZES}),
-    "full": Protocol("full", dict(epochs=100, seeds=1), lr_from="ci", bf16=NG_MODELS + SCALEGMN_MODELS),
+    "full": Protocol("full", dict(epochs=100, seeds=1), lr_from="ci", bf16=NG_MODELS + SCALEGMN_MODELS,
+                     compiled=NG_MODELS),
 }
 SCALE_HELP = {"smoke": "seconds, for the tests",
               "ci": "each model's lr chosen on val, on the ci zoo (hours on a 2-core CPU, the graph models most)",
@@ -388,6 +396,8 @@ def cell_options(protocol: Protocol, store: Path, out: Path, model: str, lr: flo
         train["lr"] = lr
     if model in protocol.bf16:
         train["precision"] = "bf16"
+    if model in protocol.compiled:
+        train["compile"] = True
     run_dir = out / "runs" / f"{store.name}-{model}-{task}"
     return TrainOptions(store=str(store), model=model, task=task, out=str(run_dir), progress=protocol.progress, **train)
 
@@ -610,11 +620,24 @@ def known_cells(out: Path, column: str, recorded: dict) -> dict:
     return {**here, **{m: cell for m, cell in recorded.items() if not finished_here(here.get(m))}}
 
 
+# the flags of the options that change only a run's speed (SPEED_ONLY: --out, --compile, ...), each with whether
+# it takes a value: a cell recorded without --compile stands for the cell that now compiles its step
+SPEED_FLAGS = {**{option_flag(name): not isinstance(DEFAULTS[name], bool) for name in SPEED_ONLY if name in DEFAULTS},
+               "--restart": False}
+
+
 def comparable_command(zoo_train: str) -> list[str]:
-    """A cell's ``zoo train`` command without where its zoo and its run directory lie (the zoo's name kept)."""
-    argv = shlex.split(zoo_train)
-    out = argv.index("--out")
-    return [Path(argv[2]).name, *argv[3:out], *argv[out + 2:]]
+    """A cell's ``zoo train`` command without where its zoo and its run directory lie (the zoo's name kept) and
+    without the options that change only its speed (:data:`SPEED_FLAGS`)."""
+    argv, kept = shlex.split(zoo_train), []
+    words = iter(argv[3:])
+    for word in words:
+        if word in SPEED_FLAGS:
+            if SPEED_FLAGS[word]:
+                next(words, None)  # its value
+        else:
+            kept.append(word)
+    return [Path(argv[2]).name, *kept]
 
 
 def recorded_store(cell: dict) -> Path:
@@ -1015,6 +1038,14 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
                         earlier)
 
 
+def slow_here(protocol: Protocol, model: str) -> str | None:
+    """Why ``model``'s cell of ``protocol`` trains several times slower on this machine than its float32 step
+    would (bf16 on a CPU without native bfloat16: :func:`dws.tasks.trainer.slow_precision`), or None."""
+    if model not in protocol.bf16:
+        return None
+    return slow_precision("bf16", resolve_device(protocol.train.get("device", DEFAULTS["device"])))
+
+
 def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print, column: str = "mnist",
         stores: Path | None = None, lrs: dict | None = None, store: Path | None = None,
         recorded: Path | None = None) -> Path:
@@ -1037,6 +1068,16 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     previous = saved.get("cells", {})
     standing = standing_records(recorded_cells(recorded, scale_name, column), protocol, out,
                                 [m for m in models if not finished_here(previous.get(m))], lrs, spec.task, log)
+    # a bf16 cell on a CPU that emulates bf16 (8-12x its fp32 step: days more of a full cell) waits for a machine
+    # that has it, so that the queue goes on with the cells this one can train; no zoo is made for it
+    waiting = {m: why for m in models if m not in standing and not finished_here(previous.get(m))
+               and (why := slow_here(protocol, m))}
+    for model, why in waiting.items():
+        log(f"{model}: {NOT_RUN} on this machine: {why}; a rerun on a machine with native bfloat16 or a GPU trains "
+            f"it (or run its zoo train command here)")
+    models = tuple(m for m in models if m not in waiting)
+    if not models:
+        raise ValueError(f"nothing to train here: {', '.join(waiting)} wait(s) for a machine with native bfloat16")
     # refused before any zoo is made
     chosen = chosen_lrs(protocol, out, column, [m for m in models if m not in standing], lrs, stores, source) \
         | {m: (cell["lr"], cell["lr_from"]) for m, cell in standing.items()}

@@ -71,6 +71,23 @@ def test_a_really_compiled_step_trains_like_the_eager_one(tiny_store, tmp_path, 
     assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["ng-gnn", "ng-transformer"])
+def test_a_really_compiled_bf16_step_of_a_neural_graph_trains_like_the_eager_one(tiny_store, tmp_path, model):
+    """--compile --precision bf16, as the table's neural-graph full cells train: the step builds (torch 2.13's
+    inductor once refused it: one bf16 reduction stored under one C++ name twice, dws.ng.graph.edge_sum) and
+    gives the eager bf16 losses up to bf16 rounding (two full batches: one compile, the costly part)."""
+    runs = {}
+    for flag in (False, True):
+        out = tmp_path / f"bf16-{flag}"
+        opts = TrainOptions(store=str(tiny_store), out=str(out), compile=flag, precision="bf16",
+                            **{**ARGS, "model": model, "hidden_channels": 2, "epochs": 1, "train_limit": 16})
+        train_run(opts, log=lambda *_: None)
+        runs[flag] = json.loads((out / "metrics.json").read_text())
+    eager, compiled = ([h["train_loss"] for h in runs[f]["history"][0]] for f in (False, True))
+    assert len(eager) == 1 and compiled == pytest.approx(eager, rel=1e-2)
+
+
 def test_compile_without_a_cpp_compiler_is_refused_in_one_line(tiny_store, tmp_path, monkeypatch):
     """No C++ compiler on a CPU: a ValueError naming what is missing before any step, not an inductor
     traceback at the first one; torch.compile is never called."""

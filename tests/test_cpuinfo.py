@@ -57,3 +57,19 @@ def test_no_cpuinfo_leaves_the_platform_name(fake_cpuinfo, monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "riscv64")
     assert cpuinfo.first_processor() == {} and cpuinfo.flags() == set()
     assert machine_description()["cpu"] == {"machine": "riscv64"}
+
+
+@pytest.mark.parametrize("flags, slow", [("fpu avx2 fma", True), ("avx2 avx512f avx512_bf16", False),
+                                         ("avx2 amx_tile amx_bf16", False), (None, False)])
+def test_bf16_is_said_slow_on_a_cpu_without_native_bfloat16_only(fake_cpuinfo, flags, slow):
+    """``zoo train --precision bf16``'s CPU check: slow where the CPU names no native bfloat16 (an AVX2 EPYC:
+    7.8x ng-gnn's fp32 step); not with AVX512-BF16 or AMX, not where /proc/cpuinfo is missing (unknown),
+    never for fp32 or on a GPU."""
+    from dws.tasks.trainer import slow_precision
+
+    fake_cpuinfo(None if flags is None else f"processor\t: 0\nflags\t\t: {flags}\n")
+    said = slow_precision("bf16", "cpu")
+    assert (said is not None) == slow
+    if slow:
+        assert said.startswith("--precision bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX)")
+    assert slow_precision("fp32", "cpu") is None and slow_precision("bf16", "cuda:0") is None

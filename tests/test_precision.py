@@ -182,6 +182,52 @@ def test_the_benchmark_times_each_models_bf16_step_beside_its_float32_one(monkey
     assert lines[-1].split()[1:] == ["1.000", "0.500", "2.00", "0.25"]
 
 
+def test_the_benchmark_compiles_the_bf16_step_with_both_flags(monkeypatch, capsys):
+    """``--compile --bf16``: the compiled step runs under the bf16 autocast too (``zoo train --compile
+    --precision bf16``), alternated with the eager bf16 step it is compared with, and the compiled table's
+    eager column is that bf16 step, over the DWSNet's float32 one (torch.compile stubbed: seconds)."""
+    import argparse
+
+    from benchmark_helpers import load_benchmark
+
+    bench = load_benchmark()
+    entered, wrapped = [], []
+    real = bench.step_precision
+    monkeypatch.setattr(bench, "step_precision", lambda config: entered.append(config.precision) or real(config))
+    monkeypatch.setattr(torch, "compile", lambda model, *a, **k: wrapped.append(model) or model)
+    args = argparse.Namespace(model="nfn-hnp", widths=[2, 5, 1], hidden_channels=8, input_reduction=0,
+                              activation="sine", batch=4, iters=2, threads=1, device="cpu", compile=True, bf16=True)
+    row = bench.measure(args)
+    assert len(wrapped) == 1
+    assert entered == ["fp32", "bf16"] * 4 + ["bf16"] + ["bf16", "bf16"] * 4  # the compiling step, then the pairs
+    assert row["eager_bf16_s"] > 0 and row["compiled_s"] > 0 and row["compile_s"] > 0
+    base = {"model": "dwsnet", "step_s": 2.0, "bf16_s": 1.5, "eager_bf16_s": 1.0, "compiled_s": 0.5, "compile_s": 9.0}
+    bench.print_compiled([base, {**row, "step_s": 4.0, "eager_bf16_s": 3.0, "compiled_s": 1.5}], base)
+    out = capsys.readouterr().out.splitlines()
+    assert out[-4].split()[1:] == ["1.000", "0.500", "2.00", "9", "0.5", "0.2", "1.0"]
+    assert out[-3].split()[1:4] == ["3.000", "1.500", "2.00"] and out[-3].split()[5:] == ["1.5", "0.8", "3.0"]
+    assert out[-1].startswith("with --bf16: eager and compiled are bf16 steps")
+
+
+def test_zoo_train_in_bf16_on_a_cpu_without_native_bfloat16_warns_and_trains(tiny_store, tmp_path, monkeypatch):
+    """--precision bf16 where the CPU has no native bfloat16: one warning line that says so before training,
+    and the run trains as asked (a resumed bf16 run keeps its precision)."""
+    from cli import main
+    from zoo import cpuinfo
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nflags\t\t: avx2 fma\n")
+    monkeypatch.setattr(cpuinfo, "CPUINFO", fake)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", str(tiny_store), "--out", str(out), "--epochs", "1", "--lr", "1e-3",
+                                       "--batch-size", "8", "--hidden-channels", "2", "--num-layers", "1",
+                                       "--precision", "bf16", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.output.splitlines() if "without native bfloat16" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: --precision bf16 on a CPU without native bfloat16")
+    assert (out / "metrics.json").exists()
+
+
 def test_the_adaptation_task_trains_in_bf16(pair_store, tmp_path):
     """--task adapt (the adapter's output is a weight space, judged by running the adapted classifiers on
     images inside the loss): a bf16 run trains, records its precision, and reports finite accuracies."""

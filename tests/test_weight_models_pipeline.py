@@ -498,10 +498,10 @@ def test_the_best_epoch_so_far_is_found_over_every_training_in_the_tasks_directi
         assert column.metrics[0].name == TASKS[column.task].metric == column.selection
 
 
-def test_full_cells_of_the_graph_models_train_in_bf16_and_no_other_cell_does():
-    """--precision bf16 (part of a run's identity) for the neural graphs' and ScaleGMN's full cells only; the
-    cell's zoo train command says so, the ci cells whose lr they take stay float32, and no cell compiles
-    (--compile with bf16 fails in torch 2.13's inductor; bf16 alone is the faster of the two here)."""
+def test_full_cells_of_the_graph_models_train_in_bf16_and_only_the_neural_graphs_compile():
+    """--precision bf16 (part of a run's identity) for the neural graphs' and ScaleGMN's full cells only, and
+    --compile (speed only) for the neural graphs' full cells only; each cell's zoo train command says so, and
+    the ci cells whose lr they take stay float32 and eager."""
     from dws.tasks.options import MODELS
     from pipelines.weight_models import SCALES, cell_options, train_command
 
@@ -509,8 +509,61 @@ def test_full_cells_of_the_graph_models_train_in_bf16_and_no_other_cell_does():
         full = cell_options(SCALES["full"], Path("/s/full-mnist-inr"), Path("/o"), model, 1e-3)
         bf16 = model in ("ng-gnn", "ng-transformer", "scalegmn", "scalegmn-b")
         assert (full.precision == "bf16") == bf16 and ("--precision bf16" in train_command(full)) == bf16, model
-        assert not full.compile and "--compile" not in train_command(full)
-        assert cell_options(SCALES["ci"], Path("/s/ci-mnist-inr"), Path("/o"), model, None).precision == "fp32"
+        compiled = model in ("ng-gnn", "ng-transformer")
+        assert full.compile == compiled and ("--compile" in train_command(full)) == compiled, model
+        ci = cell_options(SCALES["ci"], Path("/s/ci-mnist-inr"), Path("/o"), model, None)
+        assert ci.precision == "fp32" and not ci.compile, model
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_bf16_cell_waits_for_a_cpu_with_native_bfloat16(stores, tmp_path, monkeypatch, native):
+    """A cell the protocol trains in bf16 is not trained on a CPU without native bfloat16 (several times its
+    fp32 step there: days more of a full cell), said in one line with the reason, and the other cells train;
+    with only such cells asked for, one error line and no zoo made; on a CPU that has it, it trains as any
+    other."""
+    from zoo import cpuinfo
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(f"processor\t: 0\nflags\t\t: avx2 fma{' amx_bf16' if native else ''}\n")
+    monkeypatch.setattr(cpuinfo, "CPUINFO", fake)
+    monkeypatch.setitem(weight_models.SCALES, "smoke", replace(one_epoch(), bf16=("dwsnet",)))
+    out, lines = tmp_path / "smoke", []
+    weight_models.run("smoke", out, 1, MODELS, log=lines.append, stores=stores)
+    found = cells(out)
+    assert found["mlp"]["status"] == "done"
+    if native:
+        assert found["dwsnet"]["status"] == "done" and "--precision bf16" in found["dwsnet"]["zoo_train"]
+        return
+    assert "dwsnet" not in found
+    said = [line for line in lines if line.startswith("dwsnet: not run on this machine: --precision bf16 on a CPU "
+                                                      "without native bfloat16")]
+    assert len(said) == 1 and said[0].endswith("(or run its zoo train command here)")
+    with pytest.raises(ValueError, match="^nothing to train here: dwsnet wait"):
+        weight_models.run("smoke", tmp_path / "only", 1, ["dwsnet"], log=QUIET, stores=tmp_path / "no-zoos")
+    assert not (tmp_path / "no-zoos").exists()
+
+
+def test_a_cell_recorded_without_speed_only_options_stands_for_the_cell_with_them():
+    """The recorded ng-gnn full cell ran without --compile (speed only), which its cell now adds: the record
+    still stands, so a new machine does not retrain it; an option that changes what it computes (the lr, the
+    precision) makes the record another cell."""
+    from pipelines.weight_models import SCALES, cell_options, comparable_command, standing_records, train_command
+
+    protocol, store = SCALES["full"], Path("/there/full-mnist-inr")
+    now = train_command(cell_options(protocol, store, Path("/o"), "ng-gnn", 5e-4))
+    assert "--compile" in now
+    then = now.replace(" --compile", "")
+    assert comparable_command(then) == comparable_command(now)
+    assert comparable_command(now + " --loader-workers 3 --restart --checkpoint-minutes 5") == comparable_command(now)
+    cell = {"zoo_train": then, "lr": 5e-4, "recorded": "r.json"}
+    assert list(standing_records({"ng-gnn": cell}, protocol, Path("/elsewhere"), ["ng-gnn"], {}, "classify",
+                                 log=pytest.fail)) == ["ng-gnn"]
+    lines = []
+    for other in (then.replace("--lr 0.0005", "--lr 0.001"), then.replace(" --precision bf16", "")):
+        assert comparable_command(other) != comparable_command(now)
+        assert not standing_records({"ng-gnn": {**cell, "zoo_train": other}}, protocol, Path("/elsewhere"),
+                                    ["ng-gnn"], {}, "classify", log=lines.append)
+    assert len(lines) == 2 and all("training it here" in line for line in lines)
 
 
 def test_a_finished_cell_of_older_model_code_is_moved_aside_and_trained_anew(stores, tmp_path, monkeypatch):
@@ -884,8 +937,8 @@ def test_the_committed_table_is_the_one_the_committed_records_make(tmp_path):
     assert "| `scalegmn` | 97.60 | 96.57 |" in made  # a recorded full MNIST cell
     assert re.search(r"^- recorded: \d+ of 39 cells \(MNIST INRs \(full\) \d of 9, Fashion-MNIST INRs \(full\) \d of 9, "
                      r"sine \(ci\) \d of 9, generalization \(full\) \d of 9, adaptation \(ci\) \d of 3\)$", made, re.M)
-    # the DWSNet both ways at full scale (issue 32), measured before the protocol: earlier.json
-    assert "| `dwsnet` | not run (earlier protocol: 93.93 entry / 93.50 orbit) | 85.71 |" in made
+    # a cell recorded under the protocol shows its number, one not yet run the earlier protocol's (earlier.json)
+    assert "| `dwsnet` | 94.21 | 85.71 | not run (earlier protocol: 74.33 entry) | 67.06 |" in made
     # and the generalization column's full-zoo runs of 2026-11-25 (the DWSNet's without BN)
     assert "| not run (earlier protocol: 0.012 entry --no-bn) | not run (earlier protocol: 0.790 entry --no-bn) |" \
         in made

@@ -1,6 +1,7 @@
 """This machine's CPU as ``/proc/cpuinfo``'s first processor describes it: read by the C kernels' build
-(:mod:`zoo.cbuild`: are AVX2 and FMA there?) and by a store's manifest (:mod:`zoo.store.manifest`: which CPU
-made these floats?)."""
+(:mod:`zoo.cbuild`: are AVX2 and FMA there?), by a store's manifest (:mod:`zoo.store.manifest`: which CPU
+made these floats?) and by ``zoo train --precision bf16`` (:func:`dws.tasks.trainer.slow_precision`: does the
+CPU have native bfloat16?)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from dws.ops.linear import linear
+
 Tensor = torch.Tensor
 
 
@@ -46,10 +48,29 @@ class LayeredGraph:
         return replace(self, forward=tuple(forward), backward=None if backward is None else tuple(backward))
 
 
-def endpoint_sum(source: nn.Module, target: nn.Module, lower: Tensor, upper: Tensor, reverse: bool) -> Tensor:
+def endpoint_sum(source: nn.Module, target: nn.Module, lower: Tensor, upper: Tensor, reverse: bool,
+                 biases: bool = True) -> Tensor:
     """``source(x_s) + target(x_t)`` for every edge between ``lower`` (``[B, d_l, C]``) and ``upper``
     (``[B, d_{l+1}, C]``), in the edge layout ``[B, d_{l+1}, d_l, E]``; forward edges go from
-    ``lower`` to ``upper``, ``reverse`` ones from ``upper`` to ``lower``."""
+    ``lower`` to ``upper``, ``reverse`` ones from ``upper`` to ``lower``. ``biases=False``: the two
+    maps' weights only (:func:`edge_sum` adds their biases elsewhere)."""
     s_node, t_node = (upper, lower) if reverse else (lower, upper)
-    s, t = source(s_node), target(t_node)
+    if biases:
+        s, t = source(s_node), target(t_node)
+    else:
+        s, t = nn.functional.linear(s_node, source.weight), nn.functional.linear(t_node, target.weight)
     return (s[:, :, None] + t[:, None]) if reverse else (s[:, None] + t[:, :, None])
+
+
+def edge_sum(edge: nn.Linear, source: nn.Linear, target: nn.Linear, edges: Tensor, lower: Tensor, upper: Tensor,
+             reverse: bool) -> Tensor:
+    """``edge(e) + source(x_s) + target(x_t)`` for every edge (the edge updates of both neural graphs), the
+    three biases added once, as the edge map's.
+
+    Same sum, same parameters; but with a bias each, the gradient of the edge map's bias and that of an
+    endpoint map's (where the other layer has one neuron, an INR's output) are one and the same reduction,
+    and torch 2.13's inductor writes that reduction into two outputs under one C++ name in bfloat16
+    (``conflicting declaration 'auto at_BFloat16_tmp_acc0_vec'``): ``--compile --precision bf16`` failed
+    to build for ``ng-gnn`` and ``ng-transformer`` (session 32, docs/dws.md)."""
+    bias = edge.bias + source.bias + target.bias
+    return linear(edges, edge.weight, bias) + endpoint_sum(source, target, lower, upper, reverse, biases=False)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from dws.ng.aggregation import AGGREGATORS, aggregate, mean_log_degree
-from dws.ng.graph import LayeredGraph, endpoint_sum
+from dws.ng.graph import LayeredGraph, edge_sum, endpoint_sum
 from dws.ops.linear import Linear
 
 Tensor = torch.Tensor
@@ -74,7 +74,7 @@ class EdgeMLP(nn.Module):
         self.act = nn.SiLU()
 
     def update(self, edges: Tensor, lower: Tensor, upper: Tensor, reverse: bool) -> Tensor:
-        return self.lin1(self.act(self.lin_e(edges) + endpoint_sum(self.lin_s, self.lin_t, lower, upper, reverse)))
+        return self.lin1(self.act(edge_sum(self.lin_e, self.lin_s, self.lin_t, edges, lower, upper, reverse)))
 
     def forward(self, graph: LayeredGraph) -> LayeredGraph:
         x = graph.nodes

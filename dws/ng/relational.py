@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dws.ng.graph import LayeredGraph, endpoint_sum
+from dws.ng.graph import LayeredGraph, edge_sum
 from dws.ops.linear import Linear, linear
 
 Tensor = torch.Tensor
@@ -143,7 +143,7 @@ class EdgeUpdate(nn.Module):
         self.act, self.dropout = nn.GELU(), nn.Dropout(dropout)
 
     def update(self, e: Tensor, e_rev: Tensor, lower: Tensor, upper: Tensor, reverse: bool) -> Tensor:
-        h = self.lin_e(torch.cat([e, e_rev], dim=-1)) + endpoint_sum(self.lin_s, self.lin_t, lower, upper, reverse)
+        h = edge_sum(self.lin_e, self.lin_s, self.lin_t, torch.cat([e, e_rev], dim=-1), lower, upper, reverse)
         e = self.norm0(e + self.dropout(self.lin1(self.act(h))))
         return self.norm1(e + self.mlp(e))
 

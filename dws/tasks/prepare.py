@@ -34,7 +34,7 @@ from .models import build_model, training_store, weight_spread
 from .objectives import Task, get_task
 from .options import (ACTIVATION_PEAK, CLAIMED_SYMMETRY, TrainOptions, default_run_dir, model_version,
                       with_task_defaults)
-from .trainer import least_batch
+from .trainer import least_batch, slow_precision
 
 
 class FirstBatches:
@@ -297,6 +297,9 @@ def prepare_run(opts: TrainOptions, log=print) -> PreparedRun:
         raise ValueError(f"--batch-size {opts.batch_size}{workers}: --model {opts.model} --task {task.name} {why}, so "
                          f"no batch would train; use --batch-size {least * opts.workers} or more")
     device = resolve_device(opts.device)
+    slow = slow_precision(opts.precision, device)
+    if slow:
+        log(f"warning: {slow}; train in fp32 here, or in bf16 on a GPU or a CPU that has it")
     # a data-parallel worker runs its model on its rows of each batch; SSL runs two views per step
     shard_rows = -(-opts.batch_size // opts.workers)
 

@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from dws.weightspace import WeightSpace
+from zoo import cpuinfo
 
 from .checkpoint import Captured, Checkpoint, global_random_state, set_global_random_state
 from .objectives import Task
@@ -208,6 +209,22 @@ def compiled(model: torch.nn.Module, device: str) -> torch.nn.Module:
 # ops follow their inputs' dtype (docs/train.md, "Precision"). bfloat16 has float32's exponent range, so no
 # loss scaling is needed
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
+
+# the CPU flags of native bfloat16 products: without one, oneDNN emulates them and bf16 steps run several times
+# slower than fp32 ones (2026-12-07, an AVX2 AMD EPYC, eager steps on MNIST INR widths: DWSNet 12x, ng-gnn 7.8x)
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def slow_precision(precision: str, device: str) -> str | None:
+    """Why ``precision`` is slower than fp32 on ``device`` here, or None: bf16 on a CPU whose ``/proc/cpuinfo``
+    names none of :data:`NATIVE_BF16_FLAGS` (a machine without that file: None, unknown)."""
+    if precision != "bf16" or torch.device(device).type != "cpu":
+        return None
+    have = cpuinfo.flags()
+    if not have or have & set(NATIVE_BF16_FLAGS):
+        return None
+    return ("--precision bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX): its steps run several "
+            "times slower than fp32 ones here (ng-gnn's 7.8x on an AVX2 AMD EPYC; docs/train.md, \"Precision\")")
 
 
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor")  # where torch.compile's own errors are defined
