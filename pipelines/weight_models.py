@@ -21,7 +21,8 @@ that pipeline makes at the scale) and with that pipeline's training settings:
   epoch). ``full``: the paper's 55,000 / 5,000 / 10,000 INRs, 100 epochs at the lr of the model's ci
   cell (or ``--lr MODEL=LR``), as the recorded full-scale DWSNet run; cheapest first (ci's time per
   epoch), one at a time; the neural graphs and ScaleGMN with ``--precision bf16`` (1.4-1.7x a step on a
-  CPU; docs/train.md, "Precision"), the neural graphs also with ``--compile`` (1.4-1.8x more).
+  CPU with native bfloat16; docs/train.md, "Precision"; on one without it, 8-12x slower there, in fp32), the
+  neural graphs also with ``--compile`` (1.4-1.8x more).
 - ``sine``: sine_regression's zoo (ci: 320 / 50 / 100 INRs of sin(bx)), ``--task regress`` of the
   frequency, test MSE; its settings (8 channels, 2 layers, batch 32, 40 epochs). Scales smoke, ci.
 - ``generalization``: generalization's Fashion-MNIST classifier zoo, ``--task regress --target
@@ -67,13 +68,13 @@ import shlex
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, Checkpoint, RunCheckpoints
+from dws.tasks.checkpoint import CHECKPOINTS, FINISHED, Checkpoint, CheckpointError, RunCheckpoints
 from dws.tasks.objectives import TASKS
 from dws.tasks.options import (ADAPT_MODELS, DEFAULTS, MODEL_BATCH_SIZES, MODELS as TRAIN_MODELS, NG_MODELS,
                                SCALEGMN_MODELS, TrainOptions, model_defaults, model_version, recorded_version,
@@ -112,12 +113,13 @@ class Protocol:
     progress: bool = True  # training progress bars
     # models whose cells train with zoo train --precision bf16: the graph models' full cells, 1.4-1.7x a step on
     # a CPU with native bfloat16 (more than --compile's 1.1-1.2x alone), whose sine cells at bf16 differ from
-    # fp32's by less than the seeds do (docs/train.md, "Precision"); on a CPU without it (8-12x slower) they
-    # are refused, and wait for a machine that has it
+    # fp32's by less than the seeds do (docs/train.md, "Precision"); on a CPU without it (8-12x slower there)
+    # they train in fp32 (cell_precision), and a cell recorded in either precision stands for the other
     bf16: tuple = ()
     # models whose cells also train with zoo train --compile: the neural graphs' full cells, whose compiled bf16
     # step is 1.8x (ng-gnn) and 1.4x (ng-transformer) the eager one on this CPU (session 32, docs/train.md);
-    # ScaleGMN's gains 1.04x, not worth its minutes of compiling
+    # ScaleGMN's gains 1.04x, not worth its minutes of compiling; a cell that trains in fp32 on this machine
+    # (cell_precision) does not compile
     compiled: tuple = ()
 
 
@@ -624,16 +626,19 @@ def known_cells(out: Path, column: str, recorded: dict) -> dict:
 # it takes a value: a cell recorded without --compile stands for the cell that now compiles its step
 SPEED_FLAGS = {**{option_flag(name): not isinstance(DEFAULTS[name], bool) for name in SPEED_ONLY if name in DEFAULTS},
                "--restart": False}
+# and --precision, which a cell the protocol trains in bf16 takes from the machine (cell_precision): its bf16 and
+# fp32 cells differ by less than its seeds do (docs/train.md, "Precision"), so either stands for the other
+UNCOMPARED_FLAGS = {**SPEED_FLAGS, "--precision": True}
 
 
 def comparable_command(zoo_train: str) -> list[str]:
     """A cell's ``zoo train`` command without where its zoo and its run directory lie (the zoo's name kept) and
-    without the options that change only its speed (:data:`SPEED_FLAGS`)."""
+    without the options that change only its speed or that the machine chooses (:data:`UNCOMPARED_FLAGS`)."""
     argv, kept = shlex.split(zoo_train), []
     words = iter(argv[3:])
     for word in words:
-        if word in SPEED_FLAGS:
-            if SPEED_FLAGS[word]:
+        if word in UNCOMPARED_FLAGS:
+            if UNCOMPARED_FLAGS[word]:
                 next(words, None)  # its value
         else:
             kept.append(word)
@@ -1038,12 +1043,36 @@ def write_recorded_table(recorded: Path, scales: dict | None = None) -> Path:
                         earlier)
 
 
-def slow_here(protocol: Protocol, model: str) -> str | None:
-    """Why ``model``'s cell of ``protocol`` trains several times slower on this machine than its float32 step
-    would (bf16 on a CPU without native bfloat16: :func:`dws.tasks.trainer.slow_precision`), or None."""
-    if model not in protocol.bf16:
+def saved_precision(run_dir: Path) -> str | None:
+    """The precision of the run ``run_dir`` holds, finished or not (runs saved before ``--precision`` existed:
+    fp32), or None where it holds none (or one whose files zoo train will refuse in its own clear words)."""
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+        if (run_dir / "metrics.json").is_file():
+            return config["options"].get("precision", "fp32")
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    try:
+        saved = RunCheckpoints(run_dir, {}).saved_settings()
+    except CheckpointError:
         return None
-    return slow_precision("bf16", resolve_device(protocol.train.get("device", DEFAULTS["device"])))
+    return None if saved is None else saved.get(option_flag("precision"), "fp32")
+
+
+def cell_precision(opts: TrainOptions) -> tuple[TrainOptions, str | None]:
+    """A cell the protocol trains in bf16 (``opts``) as it trains on this machine, and why it trains in fp32
+    instead (None where it does not): in the precision of the run its directory holds, finished (reused) or not
+    (resumed); else in bf16 where this machine has it natively or on a GPU; else in fp32, the faster one here,
+    since bf16's steps run 8-12x slower on a CPU that emulates it (:func:`dws.tasks.trainer.slow_precision`:
+    days more of a full cell, which would otherwise wait for another machine). An fp32 cell does not compile
+    its step: compiling pays in bf16 (1.4-1.8x), not in fp32 on an AVX2 CPU (ng-gnn 1.08x, ng-transformer
+    0.92x, for minutes of compiling at every resume; docs/train.md, "Precision")."""
+    if opts.precision != "bf16":
+        return opts, None
+    saved = saved_precision(Path(opts.out))
+    why = slow_precision(opts.precision, resolve_device(opts.device)) if saved is None else None
+    precision = saved or ("fp32" if why else "bf16")
+    return replace(opts, precision=precision, compile=opts.compile and precision == "bf16"), why
 
 
 def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print, column: str = "mnist",
@@ -1068,16 +1097,6 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     previous = saved.get("cells", {})
     standing = standing_records(recorded_cells(recorded, scale_name, column), protocol, out,
                                 [m for m in models if not finished_here(previous.get(m))], lrs, spec.task, log)
-    # a bf16 cell on a CPU that emulates bf16 (8-12x its fp32 step: days more of a full cell) waits for a machine
-    # that has it, so that the queue goes on with the cells this one can train; no zoo is made for it
-    waiting = {m: why for m in models if m not in standing and not finished_here(previous.get(m))
-               and (why := slow_here(protocol, m))}
-    for model, why in waiting.items():
-        log(f"{model}: {NOT_RUN} on this machine: {why}; a rerun on a machine with native bfloat16 or a GPU trains "
-            f"it (or run its zoo train command here)")
-    models = tuple(m for m in models if m not in waiting)
-    if not models:
-        raise ValueError(f"nothing to train here: {', '.join(waiting)} wait(s) for a machine with native bfloat16")
     # refused before any zoo is made
     chosen = chosen_lrs(protocol, out, column, [m for m in models if m not in standing], lrs, stores, source) \
         | {m: (cell["lr"], cell["lr_from"]) for m, cell in standing.items()}
@@ -1091,7 +1110,8 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
     else:
         store = spec.make_store(protocol.store, stores / protocol.store, workers, data_root, log)
     kept = other_cells(saved, store, models)
-    options = {m: cell_options(protocol, store, out, m, chosen[m][0], spec.task) for m in models}
+    planned = {m: cell_options(protocol, store, out, m, chosen[m][0], spec.task) for m in models}
+    options = {m: cell_precision(opts)[0] for m, opts in planned.items()}
     commands = {m: pipeline_command(scale_name, column, [m], out.parent, stores, {m: lrs[m]} if m in lrs else {},
                                     given) for m in models}
 
@@ -1121,6 +1141,11 @@ def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, l
         move_aside_diverged(opts, log)
         if recorded is not None:
             resume_carried(opts, carried_folder(recorded, scale_name, column, model), store, log)
+        opts, fp32_why = cell_precision(planned[model])  # (a carried run put back keeps its own)
+        options[model] = opts
+        if fp32_why is not None:
+            log(f"{model}: training in fp32 on this machine, not in the protocol's bf16: {fp32_why}; a cell recorded "
+                f"in either stands for the other")
         before = cells[model]["wall_seconds"] or 0.0
         cells[model] = record(model, before, running=True)
         table()

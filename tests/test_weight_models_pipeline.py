@@ -515,38 +515,73 @@ def test_full_cells_of_the_graph_models_train_in_bf16_and_only_the_neural_graphs
         assert ci.precision == "fp32" and not ci.compile, model
 
 
-@pytest.mark.parametrize("native", [False, True])
-def test_a_bf16_cell_waits_for_a_cpu_with_native_bfloat16(stores, tmp_path, monkeypatch, native):
-    """A cell the protocol trains in bf16 is not trained on a CPU without native bfloat16 (several times its
-    fp32 step there: days more of a full cell), said in one line with the reason, and the other cells train;
-    with only such cells asked for, one error line and no zoo made; on a CPU that has it, it trains as any
-    other."""
+def fake_cpu(tmp_path: Path, monkeypatch, native: bool) -> None:
+    """/proc/cpuinfo of an AVX2 CPU, with native bfloat16 (AMX) or without it."""
     from zoo import cpuinfo
 
-    fake = tmp_path / "cpuinfo"
+    fake = tmp_path / f"cpuinfo-{native}"
     fake.write_text(f"processor\t: 0\nflags\t\t: avx2 fma{' amx_bf16' if native else ''}\n")
     monkeypatch.setattr(cpuinfo, "CPUINFO", fake)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_bf16_cell_trains_in_fp32_on_a_cpu_without_native_bfloat16(stores, tmp_path, monkeypatch, native):
+    """A cell the protocol trains in bf16 trains in fp32 on a CPU without native bfloat16 (bf16's steps several
+    times its fp32 ones there: days more of a full cell), said in one line with the reason, and its record
+    names the command that made it; on a CPU that has it, in bf16."""
+    fake_cpu(tmp_path, monkeypatch, native)
     monkeypatch.setitem(weight_models.SCALES, "smoke", replace(one_epoch(), bf16=("dwsnet",)))
     out, lines = tmp_path / "smoke", []
     weight_models.run("smoke", out, 1, MODELS, log=lines.append, stores=stores)
     found = cells(out)
-    assert found["mlp"]["status"] == "done"
+    assert found["mlp"]["status"] == found["dwsnet"]["status"] == "done"
+    # and a cell the protocol also compiles compiles its bf16 step only (the step compiled, not trained here)
+    compiled = replace(weight_models.cell_options(replace(one_epoch(), bf16=("dwsnet",), compiled=("dwsnet",)),
+                                                  stores, tmp_path / "other", "dwsnet", 1e-3), out=str(tmp_path / "none"))
+    assert weight_models.cell_precision(compiled)[0].compile == native
+    config = json.loads((Path(found["dwsnet"]["run_dir"]) / "config.json").read_text())
+    said = [line for line in lines if line.startswith("dwsnet: training in fp32 on this machine, not in the "
+                                                      "protocol's bf16: --precision bf16 on a CPU without native")]
     if native:
-        assert found["dwsnet"]["status"] == "done" and "--precision bf16" in found["dwsnet"]["zoo_train"]
-        return
-    assert "dwsnet" not in found
-    said = [line for line in lines if line.startswith("dwsnet: not run on this machine: --precision bf16 on a CPU "
-                                                      "without native bfloat16")]
-    assert len(said) == 1 and said[0].endswith("(or run its zoo train command here)")
-    with pytest.raises(ValueError, match="^nothing to train here: dwsnet wait"):
-        weight_models.run("smoke", tmp_path / "only", 1, ["dwsnet"], log=QUIET, stores=tmp_path / "no-zoos")
-    assert not (tmp_path / "no-zoos").exists()
+        assert "--precision bf16" in found["dwsnet"]["zoo_train"] and config["options"]["precision"] == "bf16"
+        assert not said
+    else:
+        assert "--precision" not in found["dwsnet"]["zoo_train"] and config["options"]["precision"] == "fp32"
+        assert len(said) == 1 and said[0].endswith("a cell recorded in either stands for the other")
+    # a rerun on the other kind of CPU reuses the finished cell, in the precision it trained in
+    fake_cpu(tmp_path, monkeypatch, not native)
+    lines = []
+    weight_models.run("smoke", out, 1, MODELS, log=lines.append, stores=stores)
+    assert cells(out)["dwsnet"] == found["dwsnet"]
+    assert f"dwsnet: reusing the finished run in {found['dwsnet']['run_dir']}" in lines
+
+
+def test_an_unfinished_bf16_cell_resumes_in_bf16_on_a_cpu_without_native_bfloat16(stores, tmp_path, monkeypatch):
+    """A bf16 cell interrupted on a CPU that has native bfloat16 and rerun on one that has not (a new machine,
+    its checkpoints carried or kept) resumes in bf16, as saved: zoo train would refuse to resume it in fp32."""
+    fake_cpu(tmp_path, monkeypatch, True)
+    monkeypatch.setitem(weight_models.SCALES, "smoke", replace(weight_models.SCALES["smoke"], bf16=("mlp",)))
+    out = tmp_path / "smoke"
+    real_save = interrupt_at_first_save(monkeypatch, lambda: None)
+    with pytest.raises(KeyboardInterrupt):
+        weight_models.run("smoke", out, 1, ["mlp"], log=QUIET, stores=stores, lrs={"mlp": 1e-3})
+    assert cells(out)["mlp"]["status"] == "unfinished"
+    monkeypatch.setattr(Checkpoint, "save", real_save)
+    fake_cpu(tmp_path, monkeypatch, False)
+    lines = []
+    weight_models.run("smoke", out, 1, ["mlp"], log=lines.append, stores=stores, lrs={"mlp": 1e-3})
+    assert any("resuming lr 0.001, seed 0 after epoch 1 of 2" in line for line in lines)
+    assert not any("training in fp32" in line for line in lines)
+    cell = cells(out)["mlp"]
+    assert cell["status"] == "done" and "--precision bf16" in cell["zoo_train"]
+    assert json.loads((Path(cell["run_dir"]) / "config.json").read_text())["options"]["precision"] == "bf16"
 
 
 def test_a_cell_recorded_without_speed_only_options_stands_for_the_cell_with_them():
     """The recorded ng-gnn full cell ran without --compile (speed only), which its cell now adds: the record
-    still stands, so a new machine does not retrain it; an option that changes what it computes (the lr, the
-    precision) makes the record another cell."""
+    still stands, so a new machine does not retrain it, nor one that trains the cell in fp32 (the machine's
+    choice: cell_precision); an option that changes what it computes (the lr, the epochs) makes the record
+    another cell."""
     from pipelines.weight_models import SCALES, cell_options, comparable_command, standing_records, train_command
 
     protocol, store = SCALES["full"], Path("/there/full-mnist-inr")
@@ -559,7 +594,8 @@ def test_a_cell_recorded_without_speed_only_options_stands_for_the_cell_with_the
     assert list(standing_records({"ng-gnn": cell}, protocol, Path("/elsewhere"), ["ng-gnn"], {}, "classify",
                                  log=pytest.fail)) == ["ng-gnn"]
     lines = []
-    for other in (then.replace("--lr 0.0005", "--lr 0.001"), then.replace(" --precision bf16", "")):
+    assert comparable_command(then.replace(" --precision bf16", "")) == comparable_command(now)
+    for other in (then.replace("--lr 0.0005", "--lr 0.001"), then.replace("--epochs 100", "--epochs 99")):
         assert comparable_command(other) != comparable_command(now)
         assert not standing_records({"ng-gnn": {**cell, "zoo_train": other}}, protocol, Path("/elsewhere"),
                                     ["ng-gnn"], {}, "classify", log=lines.append)
