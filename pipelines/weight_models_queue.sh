@@ -23,7 +23,8 @@
 # generalization cells and scalegmn's ci one on ReLU classifiers: ~13 h for ~20 cells), the cheap models
 # and the NFNs on INRs, and DWSNet's full MNIST cell: each one ends within a session and is recorded (since
 # session 22 they come before ScaleGMN's Fashion-MNIST full cell, >= 80.8%, ~15-20 h here, which no commit
-# carries); then the other graph models. Last, the generalization column's costly cells (session 15: a state per
+# carries; since session 34 ng-gnn's Fashion-MNIST cells, which are carried, come before it); then the other
+# graph models. Last, the generalization column's costly cells (session 15: a state per
 # weight of a 784-128-128-128-10 classifier makes a network 0.1-0.8 s a step here with both cores,
 # against the DWSNet's 0.01-0.02 s; ~190-220 h of this CPU, nfn-np and the graph models together),
 # the table's part for a GPU machine. Their full epochs take up to ~4.8 h here: zoo train saves within
@@ -99,12 +100,16 @@ stage full-mnist-mlps mnist full mlp,mlp-align
 stage full-mnist-recorded mnist full dwsnet,nfn-hnp,nfn-np
 stage full-fmnist-cheap fmnist full $CHEAP
 stage full-generalization generalization full mlp,mlp-align,dwsnet,nfn-hnp "$R/generalization"
-# the >= 80.8% goal: the ci cell is recorded (67.35%, session 20); the full one ~15-20 h on this CPU
+# session 34: ng-gnn's Fashion-MNIST cells before ScaleGMN's full one: its checkpoints (1.7 MB) are carried, so
+# its ~9-10 h (fp32 on an AVX2 CPU) go on across machines, where ScaleGMN's ~35 h there (1.47 s a step in
+# fp32; 15-20 h in bf16 on an AMX Xeon), not carried, are lost with a machine
+stage ci-fmnist-ng-gnn fmnist ci ng-gnn
+stage full-fmnist-ng-gnn fmnist full ng-gnn
+# the >= 80.8% goal: the ci cell is recorded (67.35%, session 20)
 stage ci-fmnist-scalegmn fmnist ci scalegmn
 stage full-fmnist-scalegmn fmnist full scalegmn
 stage ci-mnist-graphs mnist ci ng-transformer,scalegmn-b
-stage ci-fmnist-graphs fmnist ci ng-gnn,ng-transformer,scalegmn-b
-stage full-fmnist-ng-gnn fmnist full ng-gnn
+stage ci-fmnist-graphs fmnist ci ng-transformer,scalegmn-b
 stage full-mnist-graphs mnist full scalegmn-b,ng-transformer
 stage full-fmnist-graphs fmnist full scalegmn-b,ng-transformer
 # recorded (97.60%, sessions 12-17; lost with session 20's machine): nothing trains
