@@ -118,8 +118,8 @@ class Protocol:
     bf16: tuple = ()
     # models whose cells also train with zoo train --compile: the neural graphs' full cells, whose compiled bf16
     # step is 1.8x (ng-gnn) and 1.4x (ng-transformer) the eager one on this CPU (session 32, docs/train.md);
-    # ScaleGMN's gains 1.04x, not worth its minutes of compiling; a cell that trains in fp32 on this machine
-    # (cell_precision) does not compile
+    # ScaleGMN's gains 1.04x, not worth its minutes of compiling; where they train in fp32 (cell_precision),
+    # ng-gnn's compiled step is 1.20x its eager one on an AVX2 CPU, ng-transformer's 0.99x
     compiled: tuple = ()
 
 
@@ -1064,15 +1064,14 @@ def cell_precision(opts: TrainOptions) -> tuple[TrainOptions, str | None]:
     instead (None where it does not): in the precision of the run its directory holds, finished (reused) or not
     (resumed); else in bf16 where this machine has it natively or on a GPU; else in fp32, the faster one here,
     since bf16's steps run 8-12x slower on a CPU that emulates it (:func:`dws.tasks.trainer.slow_precision`:
-    days more of a full cell, which would otherwise wait for another machine). An fp32 cell does not compile
-    its step: compiling pays in bf16 (1.4-1.8x), not in fp32 on an AVX2 CPU (ng-gnn 1.08x, ng-transformer
-    0.92x, for minutes of compiling at every resume; docs/train.md, "Precision")."""
+    days more of a full cell, which would otherwise wait for another machine). A cell the protocol compiles
+    compiles in fp32 too: ng-gnn's compiled fp32 step is 1.20x its eager one on an AVX2 CPU, ng-transformer's
+    0.99x (docs/train.md, "Precision")."""
     if opts.precision != "bf16":
         return opts, None
     saved = saved_precision(Path(opts.out))
     why = slow_precision(opts.precision, resolve_device(opts.device)) if saved is None else None
-    precision = saved or ("fp32" if why else "bf16")
-    return replace(opts, precision=precision, compile=opts.compile and precision == "bf16"), why
+    return replace(opts, precision=saved or ("fp32" if why else "bf16")), why
 
 
 def run(scale_name: str, out: Path, workers: int, models=None, data_root=None, log=print, column: str = "mnist",
