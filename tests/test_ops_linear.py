@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 import dws.ops.linear
-from dws.ops.linear import Linear, as_convolution, by_convolution, linear
+from dws.ops.linear import NODE_CONVOLUTION, Linear, as_convolution, by_convolution, linear, node_convolution
 
 ONEDNN = torch.backends.mkldnn.is_available()
 
@@ -65,6 +65,7 @@ def test_the_convolution_is_f_linear_in_float64(seed, bias):
 @pytest.mark.parametrize("seed", range(8))
 def test_the_float32_route_is_f_linear(seed, bias, monkeypatch):
     monkeypatch.setattr(dws.ops.linear, "MIN_ROWS", 1)  # every random shape takes the convolution
+    monkeypatch.setattr(dws.ops.linear, "NODE_CONVOLUTION", True)  # node features too, on any CPU
     (x, _, _), _ = random_case(seed, torch.float32, bias)
     assert as_convolution(x)
     assert convolved(linear(x, torch.randn(3, x.shape[-1])))
@@ -73,18 +74,32 @@ def test_the_float32_route_is_f_linear(seed, bias, monkeypatch):
 
 @pytest.mark.parametrize("shape, dtype, expected", [
     ((64, 32, 32, 8), torch.float32, True),  # a layer pair's edges
-    ((64, 32, 8), torch.float32, True),  # a layer's nodes, 2,048 rows
+    ((64, 32, 8), torch.float32, "nodes"),  # a layer's nodes, 2,048 rows: on a CPU with AVX-512
     ((4, 16, 8), torch.float32, False),  # 64 rows: F.linear
     ((64, 32, 32, 8), torch.float64, False),  # float64: F.linear
     ((2048, 8), torch.float32, False),  # 2 axes: F.linear
     ((2, 32, 32, 32, 8), torch.float32, False),  # 5 axes: F.linear
 ])
 def test_the_route_is_taken_where_the_module_says(shape, dtype, expected):
+    expected = NODE_CONVOLUTION if expected == "nodes" else expected
     x = torch.zeros(shape, dtype=dtype)
     assert as_convolution(x) == (expected and ONEDNN)
     y = linear(x.requires_grad_(), torch.ones(3, shape[-1], dtype=dtype))
     assert convolved(y) == (expected and ONEDNN)
     assert y.shape == (*shape[:-1], 3)
+
+
+def test_node_features_are_convolved_on_a_cpu_with_avx512_only(monkeypatch):
+    """On an AVX2 CPU node features take F.linear (their convolution was 0.56x it there), edges still the
+    convolution; with AVX-512, or flags unknown, both take it."""
+    assert node_convolution({"avx2", "fma", "avx512f", "avx512bw"}) and node_convolution(set())
+    assert not node_convolution({"avx2", "fma"})
+    monkeypatch.setattr(dws.ops.linear, "NODE_CONVOLUTION", False)
+    nodes, edges = torch.zeros(64, 32, 8), torch.zeros(64, 32, 32, 8)
+    assert not as_convolution(nodes) and as_convolution(edges) == ONEDNN
+    assert not convolved(linear(nodes.requires_grad_(), torch.ones(3, 8)))
+    monkeypatch.setattr(dws.ops.linear, "NODE_CONVOLUTION", True)
+    assert as_convolution(nodes) == ONEDNN
 
 
 def test_linear_is_an_nn_linear_with_its_parameters_and_state_dict():

@@ -169,6 +169,7 @@ def test_the_float32_model_with_convolutions_equals_the_reference(variant, monke
     """The 1x1-convolution route (float32 only) inside the model, against the reference in float32 (every
     product of edge or node features a convolution here)."""
     monkeypatch.setattr(dws.ops.linear, "MIN_ROWS", 1)
+    monkeypatch.setattr(dws.ops.linear, "NODE_CONVOLUTION", True)  # node features convolved too, on any CPU
     widths = (2, 7, 6, 1)
     torch.manual_seed(5)
     model = ScaleGMNInvariant(widths, 3, "sign", variant, hidden=16, num_layers=3)
@@ -182,6 +183,7 @@ def test_the_float32_model_with_convolutions_equals_the_reference(variant, monke
 @pytest.mark.parametrize("min_rows", [1, 1024])
 def test_linear_equals_f_linear_with_gradients(shape, bias, min_rows, monkeypatch):
     monkeypatch.setattr(dws.ops.linear, "MIN_ROWS", min_rows)
+    monkeypatch.setattr(dws.ops.linear, "NODE_CONVOLUTION", True)  # node features convolved too, on any CPU
     torch.manual_seed(1)
     x = torch.randn(shape, requires_grad=True)
     lin = Linear(8, 5, bias=bias)

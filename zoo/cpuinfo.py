@@ -1,7 +1,8 @@
 """This machine's CPU as ``/proc/cpuinfo``'s first processor describes it: read by the C kernels' build
 (:mod:`zoo.cbuild`: are AVX2 and FMA there?), by a store's manifest (:mod:`zoo.store.manifest`: which CPU
-made these floats?) and by ``zoo train --precision bf16`` (:func:`dws.tasks.trainer.slow_precision`: does the
-CPU have native bfloat16?)."""
+made these floats?), by ``zoo train --precision bf16`` (:func:`dws.tasks.trainer.slow_precision`: does the
+CPU have native bfloat16?) and by the weight-space models' linear maps (:mod:`dws.ops.linear`: does it have
+AVX-512, which makes a convolution of node features the faster product?)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,11 @@ graph models train 1-4 networks a step; a worker of a distributed run has one th
 seen as ``B * n_out`` images of one row each, which oneDNN takes: 1.3-1.7x a training step of the
 graph models on 784-128-128-128-10 classifiers at one thread, neutral at two (session 15, docs/dws.md).
 
+Node features take it only on a CPU with AVX-512 (:data:`NODE_CONVOLUTION`): on an AVX2 one (session 34's
+AMD EPYC, 2 threads) their convolution is 0.56x ``F.linear`` (``[64, 32, 128]``, forward and backward) and a
+ScaleGMN step 1.11-1.29x faster without it (scalegmn-b 1.04-1.06x, the neural graphs 0.98-1.02x), where
+edges stay about even (0.89-1.08x).
+
 Only float32 CPU tensors of 3 or 4 axes and at least :data:`MIN_ROWS` rows take that route
 (oneDNN's fast kernel wants that shape: a flattened ``[1, d, N, 1]`` image is as slow as sgemm;
 below ~1,000 rows the call costs more than it saves); anything else (float64, a GPU, where cuBLAS
@@ -29,6 +34,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from zoo import cpuinfo
+
 Tensor = torch.Tensor
 
 MIN_ROWS = 1024  # products of fewer rows stay with F.linear
@@ -36,9 +43,19 @@ ONEDNN = torch.backends.mkldnn.is_available()  # read once: torch.compile cannot
 FEW_IMAGES = 16  # PyTorch's threshold: fewer images, on one thread, go to its reference kernel
 
 
+def node_convolution(flags: set[str]) -> bool:
+    """Whether node features ``[B, n, d]`` are mapped by convolution on a CPU of these ``/proc/cpuinfo`` flags:
+    with AVX-512 (~1.5x ``F.linear``), or where the flags are unknown (as before the CPU was asked)."""
+    return not flags or "avx512f" in flags
+
+
+NODE_CONVOLUTION = node_convolution(cpuinfo.flags())  # read once, as ONEDNN
+
+
 def as_convolution(x: Tensor) -> bool:
     """Whether :func:`linear` maps ``x`` by a 1x1 convolution (see the module docstring)."""
-    return (x.dim() in (3, 4) and x.numel() >= MIN_ROWS * x.shape[-1] and x.device.type == "cpu"
+    return ((x.dim() == 4 or x.dim() == 3 and NODE_CONVOLUTION) and x.numel() >= MIN_ROWS * x.shape[-1]
+            and x.device.type == "cpu"
             and x.dtype == torch.float32 and ONEDNN)
 
 
