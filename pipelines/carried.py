@@ -33,9 +33,11 @@ from zoo.store import WeightStore
 CARRIED = "carried"  # the folder beside a scale's recorded results
 ABOUT = "carried.json"  # in each carried cell's folder: what its checkpoints were trained on
 # the most a cell's checkpoints may weigh to be committed, about what one session's commit may add to the
-# repository: ng-gnn's full cell (98,122 parameters: model, best model and AdamW's two moments) is 1.7 MB;
-# a ScaleGMN cell (2.0M parameters, ~33 MB) is not carried
-CARRY_LIMIT = 4 * 2**20
+# repository (the queue trains one cell at a time): four floats a parameter (model, best model and AdamW's two
+# moments), so ng-gnn's full cell (98,122 parameters) is 1.7 MB and the DWSNet's and the NFNs' full INR cells
+# (543k-557k parameters, each ~1.6-4.4 h here) 8.4-8.9 MiB, which a new machine lost (sessions 33, 35) when
+# the limit was 4 MiB; a ScaleGMN cell (2.0M parameters, ~33 MB) is not carried
+CARRY_LIMIT = 10 * 2**20
 
 
 class CarriedError(ValueError):

@@ -10,7 +10,7 @@
 # A stage that fails is said in the log, and the queue goes on with the next. After each stage, the
 # finished cells are recorded in docs/recorded/weight-models (`--record`; commit them): a new machine
 # takes a recorded cell instead of retraining it, and a full cell the lr of a recorded ci one.
-# The same --record carries each unfinished cell's checkpoints where they are small (ng-gnn's, not
+# The same --record carries each unfinished cell's checkpoints where they are small (ng-gnn's, the DWSNet's, the NFNs'; not
 # ScaleGMN's: pipelines/carried.py), and a new machine resumes them; a full cell's stage spans sessions,
 # so the queue also records every 30 minutes, and before a session stops, run `python -m
 # pipelines.weight_models --record --out RESULTS/weight-models` and commit docs/recorded.

@@ -963,6 +963,16 @@ def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_
     assert lines[0].endswith("MiB, more than the 0 MiB carried in git") and pt.exists()
 
 
+@pytest.mark.parametrize("model, carried_here", [("dwsnet", True), ("nfn-np", True), ("nfn-hnp", True),
+                                                  ("ng-gnn", True), ("scalegmn", False)])
+def test_the_carry_limit_admits_the_inr_cells_of_a_few_hours_and_not_scalegmns(model, carried_here):
+    """A full MNIST INR cell's checkpoints (four floats a parameter: model, best model, AdamW's moments) are carried
+    for the DWSNet, the NFNs and ng-gnn (hours of a new machine each, lost before at 4 MiB), not for ScaleGMN."""
+    from dws.tasks.models import build_model
+    _, desc = build_model(model, (2, 32, 32, 1), 10, activation="sine")
+    assert (16 * desc["params"] * 1.02 <= carried.CARRY_LIMIT) is carried_here, desc["params"]
+
+
 def test_the_committed_table_is_the_one_the_committed_records_make(tmp_path):
     """docs/recorded/weight-models/table.md, which the README links, says what the recorded cells say: a
     record committed without `--record`'s table (or a table edited by hand) fails here."""
