@@ -91,7 +91,8 @@ stage ci-generalization generalization ci mlp,mlp-align,dwsnet,nfn-hnp,scalegmn 
 stage ci-mnist-cheap mnist ci $CHEAP
 stage ci-fmnist-cheap fmnist ci $CHEAP
 # session 30: the two INR columns at full scale are the "done when", so their cheap cells come next
-# (each zoo 36-46 min, each cell minutes to ~4 h, so each ends within a session), before full-generalization
+# (each zoo 36-46 min, each cell minutes to ~4 h, so each ends within a session; since session 35 one
+# cut off is carried, 8.4-8.9 MiB), before full-generalization
 stage full-mnist-mlps mnist full mlp,mlp-align
 # recorded with their commands (docs/train.md), run directories lost with a machine: dwsnet and the NFNs in
 # sessions 1-11 (lost with session 12's). The NFNs' full cells stand in docs/recorded/weight-models (session
