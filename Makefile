@@ -46,9 +46,10 @@ TEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loa
 
 # `make test` (what CI runs) is every test, the slow ones too: CI without them missed a slow test's
 # regression for a session (2026-12-03); they add ~3 min on 2 cores. `make test-fast` (and a plain
-# `pytest`) leave them out, for the edit-test loop.
+# `pytest`) leave them out, for the edit-test loop. CI's log ends with the 15 slowest tests, which set its
+# time (13.6-25 min on 2 cores in December 2026, the compiled-step tests the slowest; its limit is 30).
 test: $(VENV)/.dev  ## every test, the slow ones too (CI)
-	$(PYTHON) -m pytest -q -m "" $(TEST_PARALLEL)
+	$(PYTHON) -m pytest -q -m "" --durations=15 $(TEST_PARALLEL)
 
 test-all: test
 
