@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dws.tasks.checkpoint import CHECKPOINTS, Checkpoint
+from dws.tasks.models import build_model
 from dws.tasks.objectives import TASKS
 from dws.tasks.options import ADAPT_MODELS, TrainOptions, with_task_defaults
 from dws.tasks.protocol import PAPER_LRS
@@ -968,7 +969,6 @@ def test_an_unfinished_cell_is_carried_to_a_new_machine_and_resumes_there_as_if_
 def test_the_carry_limit_admits_the_inr_cells_of_a_few_hours_and_not_scalegmns(model, carried_here):
     """A full MNIST INR cell's checkpoints (four floats a parameter: model, best model, AdamW's moments) are carried
     for the DWSNet, the NFNs and ng-gnn (hours of a new machine each, lost before at 4 MiB), not for ScaleGMN."""
-    from dws.tasks.models import build_model
     _, desc = build_model(model, (2, 32, 32, 1), 10, activation="sine")
     assert (16 * desc["params"] * 1.02 <= carried.CARRY_LIMIT) is carried_here, desc["params"]
 
