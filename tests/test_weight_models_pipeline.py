@@ -989,9 +989,9 @@ def test_the_committed_table_is_the_one_the_committed_records_make(tmp_path):
     # cell and the generalization column's full-zoo runs of 2026-11-25 (its DWSNet without BN), as they read until
     # the queue records those cells (taken out of the copy, so that a records commit does not break this test)
     for column in ("fmnist", "generalization"):
-        results = copy / "full" / f"results-{column}.json"
-        if results.is_file():
-            saved = json.loads(results.read_text())
+        results = weight_models.results_path(copy / "full", column)
+        saved = weight_models.read_results(results)
+        if saved:
             saved["cells"].pop("dwsnet", None)
             results.write_text(json.dumps(saved))
         shutil.rmtree(carried.carried_folder(copy, "full", column, "dwsnet"), ignore_errors=True)
