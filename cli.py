@@ -318,16 +318,22 @@ def checksums(store):
 @main.command(short_help="Say which parts of two zoos differ (parameters, statistics, table, metadata); exit 1 if "
                          "any.",
               epilog=_examples("zoo compare stores/mnist /mnt/lab/mnist",
-                               "zoo compare stores/mnist mnist-checksums.json"))
+                               "zoo compare stores/mnist mnist-checksums.json",
+                               "zoo compare stores/mnist stores/mnist-reimported --values"))
 @click.argument("a")
 @click.argument("b")
 @click.option("--examples", default=3, show_default=True, type=click.IntRange(min=0),
               help="Differing files named per part.")
-def compare(a, b, examples):
+@click.option("--values", is_flag=True,
+              help="Decode both stores and compare their networks value by value (stores chunked differently, "
+                   "an export imported back); exit 0 when what a training reads is the same.")
+def compare(a, b, examples, values):
     """Compare two stores, or a store and a checksum record (`zoo checksums`), file by file from their
     checksums (nothing is decoded): per part, how many files are equal, differ or are on one side only, and
     which chunks of networks differ. Two content IDs that differ only in statistics or table hold the same
-    networks. Exits 0 when identical, 1 when not (as `cmp`)."""
+    networks. Exits 0 when identical, 1 when not (as `cmp`). Checksums cannot pair stores whose files are cut
+    differently (another chunk size, another layout imported back): `--values` decodes two stores and says
+    which networks differ, bit for bit."""
     from zoo.store.compare import compare as compare_sides
     from zoo.store.compare import side
     from zoo.store.location import is_url
@@ -335,6 +341,15 @@ def compare(a, b, examples):
     for what in (a, b):
         if not (is_url(what) or Path(what).exists()):
             raise click.BadParameter(f"{what!r} is neither a store, a URL nor a checksum record (.json)")
+        if values and str(what).endswith(".json") and Path(what).is_file():
+            raise click.BadParameter(f"{what!r} is a checksum record: --values decodes two stores, and a record "
+                                     f"holds checksums, not values")
+    if values:
+        from zoo.store.compare_values import compare_values
+
+        by_value = compare_values(a, b, progress=sys.stderr.isatty())
+        click.echo(by_value.summary())
+        sys.exit(0 if by_value.same_networks else 1)
     found = compare_sides(side(a), side(b))
     click.echo(found.summary(examples=examples))
     sys.exit(0 if found.identical else 1)

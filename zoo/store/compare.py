@@ -100,7 +100,7 @@ class Comparison:
                 continue
             words = [f"{len(paths)} {word}" for word, paths in counts.items() if paths or word == "equal"]
             lines.append(f"{part:<11} {total:>5} files: {', '.join(words)}")
-            if part == "parameters" and self.differ[part]:
+            if part == "parameters" and self.differ[part] and not self.chunked_differently:
                 rows = sorted({r for r in map(_chunk_row, self.differ[part]) if r is not None})
                 every = sorted({r for r in map(_chunk_row, self.differ[part] + self.equal[part]) if r is not None})
                 lines.append(f"{'':<11} chunks that differ: {_ranges(rows)} (of {len(every)})")
@@ -120,14 +120,34 @@ class Comparison:
         elif self.identical:
             lines.append("identical: every checksummed file is equal")
         else:
-            networks = "the networks differ" if "parameters" in self.differing_parts() else "the networks are equal"
-            lines.append(f"different: {', '.join(self.differing_parts())} ({networks})")
+            lines.append(f"different: {', '.join(self.differing_parts())} ({self._networks_verdict()})")
         if self.a.networks_id and self.b.networks_id:
             same = self.a.networks_id == self.b.networks_id
             lines.append("networks ID: " + ("equal: what training reads (networks, statistics, targets, splits) is "
                                             "the same" if same else f"differs ({short(self.a.networks_id)} vs "
-                                                                    f"{short(self.b.networks_id)})"))
+                                                                    f"{short(self.b.networks_id)})"
+                                            + ("; it hashes chunk files, so stores chunked differently never share "
+                                               "one" if self.chunked_differently else "")))
         return "\n".join(lines)
+
+    @property
+    def chunked_differently(self) -> bool:
+        """Whether the two sides cut their networks into chunks of different sizes (where both manifests say),
+        so that no parameter file of one can match one of the other, equal networks or not."""
+        sizes = {one.manifest.get("chunk_size") for one in (self.a, self.b)}
+        return None not in sizes and len(sizes) == 2
+
+    def _networks_verdict(self) -> str:
+        if "parameters" not in self.differing_parts():
+            return "the networks are equal"
+        if self.chunked_differently:
+            return (f"checksums cannot tell whether the networks differ: A is cut into chunks of "
+                    f"{self.a.manifest['chunk_size']} networks, B into chunks of {self.b.manifest['chunk_size']}; "
+                    f"`zoo compare --values` decodes and compares them")
+        if self.only_a["parameters"] or self.only_b["parameters"]:
+            return ("the networks differ, or are cut into chunks differently: `zoo compare --values` of two stores "
+                    "decodes and compares them")
+        return "the networks differ"
 
 
 def _made_on(made_on: dict) -> str:
