@@ -59,6 +59,9 @@ def test_an_export_imported_back_is_the_same_networks_though_no_checksum_matches
     assert 0 < found.statistics_rounding < 1e-6  # float64 sums in another chunk order
     assert "init_ranges" in found.provenance and not found.mismatches  # how they were made: not knowable on import
     assert "source_file" in found.columns_only_b and {"index", "split", "label"} <= set(found.columns_equal)
+    itself = compare_values(tiny_store, tiny_store)  # its INRs' amplitude and frequency are NaN: equal to NaN
+    assert np.isnan(pq.read_table(tiny_store / "networks.parquet").column("amplitude").to_numpy()).all()
+    assert not itself.columns_differ and itself.statistics_rounding == 0 and itself.same_networks
 
 
 @pytest.mark.parametrize("window_bytes", [1, 3000, 1 << 30])  # one network a window, windows across chunks, all
@@ -126,3 +129,22 @@ def test_a_checksum_record_is_refused_with_values_in_one_line(tiny_store, tmp_pa
     record.write_text(CliRunner().invoke(cli.main, ["checksums", str(tiny_store)]).output)
     result = CliRunner().invoke(cli.main, ["compare", str(tiny_store), str(record), "--values"])
     assert result.exit_code == 2 and "a checksum record" in result.output and "Traceback" not in result.output
+
+
+def test_windows_stay_inside_every_sides_chunks_and_each_chunk_is_decoded_once(tiny_store, reimported, monkeypatch):
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        networks, most = int(rng.integers(1, 200)), int(rng.integers(1, 40))
+        sizes = tuple(int(v) for v in rng.integers(1, 50, size=2))
+        spans = list(by_value.windows(networks, sizes, most))
+        assert [lo for lo, _ in spans] == [0, *(hi for _, hi in spans[:-1])] and spans[-1][1] == networks
+        for lo, hi in spans:
+            assert 0 < hi - lo <= most and all(lo // size == (hi - 1) // size for size in sizes)
+    from zoo.store.reader import WeightStore
+
+    decoded = []
+    real = WeightStore.read_chunk
+    monkeypatch.setattr(WeightStore, "read_chunk", lambda self, c: decoded.append((self.chunk_size, c)) or real(self, c))
+    monkeypatch.setattr(by_value, "WINDOW_BYTES", 3000)  # several windows a chunk
+    assert compare_values(tiny_store, reimported).same_networks
+    assert sorted(decoded) == sorted({*decoded}) and len(decoded) == 4 + 12  # 60 networks: chunks of 16 and of 5

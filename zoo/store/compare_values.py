@@ -5,7 +5,8 @@ files are cut differently: another chunk size, a zoo exported to another lab's l
 (``zoo export`` / ``zoo import``), a store rewritten by another tool. Their content and networks IDs
 differ even when every weight is the same, since both hash chunk files. Decoding both stores answers what
 their user asks: the same networks or not, parameter by parameter and network by network, bit for bit.
-Both are read a window of networks at a time, so memory is bounded by the window, not by the stores.
+Each chunk of each store is decoded once and compared a window of networks at a time, so memory is
+bounded by one chunk of each, not by the stores.
 
 "The same networks" is what a training on either store reads: the architecture as a function (its
 provenance keys, such as how the networks were initialized, are reported but not counted: an import
@@ -21,12 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from .identity import read_columns
+from .identity import column_digests, read_columns
 from .reader import WeightStore, _ranges as network_ranges
 
 #: architecture keys that say how the networks were made, not which function they compute
 PROVENANCE_KEYS = ("init", "init_ranges", "source_network")
-#: networks read at a time are sized so that one side's window holds about this many bytes
+#: networks compared at a time hold about this many bytes a side (the comparison's temporaries)
 WINDOW_BYTES = 64 << 20
 #: the relative difference of two statistics that is float rounding (float32's epsilon is 1.2e-7)
 STATS_ROUNDING = 1e-6
@@ -154,12 +155,12 @@ def _compare_statistics(found: ValueComparison, stats_a: dict, stats_b: dict) ->
 def _compare_parameters(found: ValueComparison, sa: WeightStore, sb: WeightStore, progress: bool) -> None:
     per_network = sum(int(np.prod(shape)) * 4 for shape in sa.manifest["parameters"].values())
     window = max(1, WINDOW_BYTES // per_network)
+    sides = _ChunkCache(sa), _ChunkCache(sb)
     differing: dict[str, list[np.ndarray]] = {}
     with tqdm(total=found.networks, desc="comparing networks", unit="net", disable=not progress,
               leave=False) as bar:
-        for start in range(0, found.networks, window):
-            stop = min(start + window, found.networks)
-            xa, xb = sa.read(start, stop), sb.read(start, stop)
+        for start, stop in windows(found.networks, (sa.chunk_size, sb.chunk_size), window):
+            xa, xb = (side.read(start, stop) for side in sides)
             for name in sa.parameter_names:
                 x, y = xa[name].reshape(stop - start, -1), xb[name].reshape(stop - start, -1)
                 rows = np.flatnonzero((x.view(np.uint32) != y.view(np.uint32)).any(axis=1))
@@ -171,17 +172,40 @@ def _compare_parameters(found: ValueComparison, sa: WeightStore, sb: WeightStore
     found.differing = {name: np.concatenate(parts) for name, parts in differing.items()}
 
 
+def windows(networks: int, chunk_sizes: tuple[int, ...], most: int):
+    """``(start, stop)`` spans covering ``0..networks``, each inside one chunk of every side and at most
+    ``most`` networks long, in order: every chunk of each side is then decoded once (a crc32c-checked chunk
+    is read whole, so a span across chunks would decode them again)."""
+    edges = sorted({networks, *(e for size in chunk_sizes for e in range(0, networks, size))})
+    for lo, hi in zip(edges, edges[1:]):
+        for start in range(lo, hi, most):
+            yield start, min(start + most, hi)
+
+
+class _ChunkCache:
+    """One store's chunk being compared, decoded once (``WeightStore.read_chunk``: checksums, NaN)."""
+
+    def __init__(self, store: WeightStore):
+        self.store, self.chunk, self.values = store, None, {}
+
+    def read(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Networks ``start..stop - 1``, all inside one chunk."""
+        chunk = start // self.store.chunk_size
+        if chunk != self.chunk:
+            self.chunk, self.values = None, {}  # the last chunk's memory freed before the next is read
+            self.values, self.chunk = self.store.read_chunk(chunk), chunk
+        first = chunk * self.store.chunk_size
+        return {name: values[start - first:stop - first] for name, values in self.values.items()}
+
+
 def _with_tables(found: ValueComparison, sa: WeightStore, sb: WeightStore) -> ValueComparison:
-    ta, tb = sa.networks, sb.networks
-    rows = min(ta.num_rows, tb.num_rows)
-    for name in ta.column_names:
-        if name not in tb.column_names:
-            found.columns_only_a.append(name)
-        elif ta.column(name).slice(0, rows).equals(tb.column(name).slice(0, rows)) and ta.num_rows == tb.num_rows:
-            found.columns_equal.append(name)
-        else:
-            found.columns_differ.append(name)
-    found.columns_only_b = [name for name in tb.column_names if name not in ta.column_names]
+    """The table's columns by value, as the networks ID takes them (``identity.column_digests``: NaN equal
+    to NaN, the Parquet bytes left out)."""
+    da, db = (column_digests(s.root, s.manifest) for s in (sa, sb))
+    found.columns_equal = [c for c in da if c in db and da[c] == db[c]]
+    found.columns_differ = [c for c in da if c in db and da[c] != db[c]]
+    found.columns_only_a = [c for c in da if c not in db]
+    found.columns_only_b = [c for c in db if c not in da]
     return found
 
 
