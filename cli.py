@@ -369,7 +369,7 @@ def _parse_split_points(value: str | None):
               epilog=_examples(
                   "zoo import dwsnets dataset/mnist_splits.json --out stores/dwsnets-mnist --dataset mnist",
                   "zoo import nfn-siren experiments/data/siren_mnist_wts --out stores/nfn-mnist",
-                  "zoo import state-dicts runs/mlps --csv runs.csv --out stores/mlps"))
+                  "zoo import state-dicts runs/mlps --csv runs.csv --activation relu --out stores/mlps"))
 @click.argument("layout", type=click.Choice(IMPORT_LAYOUTS))
 @click.argument("src", type=click.Path(exists=True))
 @click.option("--out", required=True, type=click.Path(), help="New store folder (written whole or not at all).")
@@ -381,8 +381,12 @@ def _parse_split_points(value: str | None):
 @click.option("--csv", "csv_name", default=None, help="state-dicts: the CSV in SRC (default: the only one).")
 @click.option("--image-size", default=None, type=click.IntRange(min=1),
               help="SIREN layouts: the image side the INRs were fitted on (default 28; nfn CIFAR: 32).")
+@click.option("--activation", default=None,
+              help="state-dicts: every network's hidden activation (relu, tanh, sigmoid, gelu), which state dicts do "
+                   "not hold, where the CSV has no activation column (ScaleGMN's symmetry and --canonicalize sign "
+                   "need it).")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out.")
-def import_(layout, src, out, chunk_size, dataset, prefix, split_points, csv_name, image_size, overwrite):
+def import_(layout, src, out, chunk_size, dataset, prefix, split_points, csv_name, image_size, activation, overwrite):
     """Import the zoo at SRC (DWSNets: the splits JSON or its folder; nfn-siren and state-dicts: the folder)
     as a complete store: statistics, checksums, content ID and card. Labels and splits become columns and
     splits, `source_file` says which file each network came from. The .pth files are read as untrusted data
@@ -391,7 +395,7 @@ def import_(layout, src, out, chunk_size, dataset, prefix, split_points, csv_nam
 
     import_zoo(layout, src, out, chunk_size=chunk_size, overwrite=overwrite, dataset=dataset, prefix=prefix,
                split_points=_parse_split_points(split_points), csv=csv_name, image_size=image_size,
-               progress=sys.stderr.isatty())
+               activation=activation, progress=sys.stderr.isatty())
     click.echo(f"imported {layout} zoo {src} into {out}")
 
 

@@ -460,3 +460,41 @@ def test_info_and_show_describe_an_imported_zoo(tmp_path):
     assert (tmp_path / "grid.png").stat().st_size > 0 and "drawing the INRs alone" in shown.output
     card = (tmp_path / "a" / "README.md").read_text()
     assert "remakes the store" in card and "resumes or repairs" not in card
+
+
+def test_state_dicts_take_their_activation_from_the_option_or_a_column_and_keep_it_in_a_round_trip(tmp_path):
+    import pyarrow.csv as pcsv
+
+    from dws.scalegmn.symmetry import symmetry_of
+    from zoo.exchange.state_dicts import PER_NETWORK, UNRECORDED
+
+    src = write_state_dict_zoo(tmp_path / "src", [3, 5, 2])
+    import_zoo("state-dicts", src, tmp_path / "unnamed", progress=False)
+    assert WeightStore(tmp_path / "unnamed").manifest["architecture"]["activation"] == UNRECORDED
+    result = run("import", "state-dicts", src, "--activation", "relu", "--out", tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    store = WeightStore(tmp_path / "a")
+    assert store.manifest["architecture"]["activation"] == "relu" and symmetry_of("relu") == "scale"
+    assert "--activation" in store.manifest["command"]
+    export_zoo(tmp_path / "a", "state-dicts", tmp_path / "exported", progress=False)
+    assert set(pcsv.read_csv(tmp_path / "exported" / "networks.csv").column("activation").to_pylist()) == {"relu"}
+    import_zoo("state-dicts", tmp_path / "exported", tmp_path / "b", progress=False)  # from the column
+    assert_same_store(tmp_path / "a", tmp_path / "b")
+    assert WeightStore(tmp_path / "b").manifest["architecture"]["activation"] == "relu"
+
+    lines = (src / "runs.csv").read_text().splitlines()
+    mixed = [lines[0] + ",activation"] + [f"{line},{'tanh' if i % 3 else 'relu'}" for i, line in enumerate(lines[1:])]
+    (src / "runs.csv").write_text("\n".join(mixed) + "\n")
+    import_zoo("state-dicts", src, tmp_path / "mixed", progress=False)
+    mixed_store = WeightStore(tmp_path / "mixed")
+    assert mixed_store.manifest["architecture"]["activation"] == PER_NETWORK
+    assert set(mixed_store.networks.column("activation").to_pylist()) == {"relu", "tanh"}
+    with pytest.raises(LayoutError, match="leave one out"):
+        import_zoo("state-dicts", src, tmp_path / "both", activation="relu", progress=False)
+    (src / "runs.csv").write_text("\n".join(mixed).replace("tanh", "swish") + "\n")
+    with pytest.raises(LayoutError, match="'swish', not one of relu"):
+        import_zoo("state-dicts", src, tmp_path / "unknown", progress=False)
+    for layout, activation in (("state-dicts", "sine"), ("dwsnets", "relu")):
+        with pytest.raises(LayoutError, match="SIRENs"):
+            import_zoo(layout, src, tmp_path / f"refused-{layout}", activation=activation, progress=False)
+    assert not any((tmp_path / name).exists() for name in ("both", "unknown", "refused-state-dicts", "refused-dwsnets"))

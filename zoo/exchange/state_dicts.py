@@ -3,7 +3,10 @@
 The CSV's ``path`` column names each network's ``.pth`` file (relative to the folder, or absolute);
 a ``split`` column (``train``/``val``/``test``) places it, else every network is a train network;
 every other column becomes a column of ``networks.parquet``, with the types pyarrow's CSV reader
-gives it. A state dict's parameters are its keys ending in ``weight`` and ``bias``, in order, as
+gives it. The hidden activation, which a state dict does not hold and ScaleGMN's symmetry and the ``sign``
+canonicalization need, comes from ``--activation`` or an ``activation`` column (one name for every
+network: the manifest's, the column dropped; several: kept, as a ``--diversity`` classifier zoo keeps
+it); export writes that column, so a round trip keeps it. A state dict's parameters are its keys ending in ``weight`` and ``bias``, in order, as
 ``nn.Sequential(nn.Linear, act, nn.Linear, ...)`` saves them (``0.weight, 0.bias, 2.weight, ...``);
 any other entry (a batch norm's running statistics, a step count) is refused: not an MLP.
 """
@@ -30,6 +33,9 @@ LAYOUT = "state-dicts"
 TABLE = "networks.csv"
 PATH, SPLIT = "path", "split"
 RESERVED = ("index", "source_file")  # columns the import makes
+ACTIVATION = "activation"  # the CSV column naming a network's hidden activation
+UNRECORDED = "not recorded (state-dicts layout; zoo import --activation names it)"
+PER_NETWORK = "per network: column activation"  # as zoo generate writes a --diversity classifier zoo's
 
 
 def state_dict_keys(num_layers: int) -> list[str]:
@@ -61,8 +67,33 @@ def table_file(src: Path, csv: str | None) -> Path:
     return found[0]
 
 
-def read_source(src, *, csv: str | None = None) -> SourceZoo:
-    """The zoo in the folder ``src`` described by its CSV (``csv``: its name, when not the only one)."""
+def activation_of(table: pa.Table, path: Path, given: str | None) -> tuple[str, pa.Table]:
+    """The architecture's activation and the table to import (a one-name activation column dropped)."""
+    from ..train.mlp import ACTIVATIONS
+
+    known = ", ".join(ACTIVATIONS)
+    if given is not None:
+        if given not in ACTIVATIONS:
+            raise LayoutError(f"--activation {given!r}: the state-dicts layout's MLPs take one of {known} (SIRENs "
+                              f"come in through the dwsnets and nfn-siren layouts, which know their w0)")
+        if ACTIVATION in table.column_names:
+            raise LayoutError(f"{path} has an {ACTIVATION!r} column and --activation is given too: leave one out")
+        return given, table
+    if ACTIVATION not in table.column_names:
+        return UNRECORDED, table
+    names = table.column(ACTIVATION).to_pylist()
+    unknown = [n for n in names if n not in ACTIVATIONS]
+    if unknown:
+        unknown = unknown[0]
+        raise LayoutError(f"{path}: a network's {ACTIVATION} is {unknown!r}, not one of {known}")
+    if len(set(names)) == 1:
+        return names[0], table.drop_columns([ACTIVATION])
+    return PER_NETWORK, table
+
+
+def read_source(src, *, csv: str | None = None, activation: str | None = None) -> SourceZoo:
+    """The zoo in the folder ``src`` described by its CSV (``csv``: its name, when not the only one);
+    ``activation``: every network's hidden activation, where the CSV has no column for it."""
     import pyarrow.csv as pcsv
 
     root = Path(src)
@@ -90,6 +121,7 @@ def read_source(src, *, csv: str | None = None) -> SourceZoo:
         splits = [splits[i] for i in order]
     else:
         splits = ["train"] * table.num_rows
+    activation, table = activation_of(table, path, activation)
     files = [Path(p) if Path(p).is_absolute() else root / p for p in table.column(PATH).to_pylist()]
     rows = table.drop_columns([PATH])
     rows = rows.add_column(0, SPLIT, pa.array(splits, pa.string()))
@@ -98,22 +130,25 @@ def read_source(src, *, csv: str | None = None) -> SourceZoo:
     targets = [c for c in rows.column_names if any(is_(rows.schema.field(c).type) for is_ in numeric)]
     return SourceZoo(
         layout=LAYOUT, path=path, files=files, rows=rows, keys=parameter_keys,
-        describe=lambda widths: describe(widths, path),
+        describe=lambda widths: describe(widths, path, activation),
         description=f"MLPs imported from a folder of state dicts ({path.name}: one row per network)",
         targets=targets)
 
 
-def describe(widths, path: Path) -> dict:
+def describe(widths, path: Path, activation: str = UNRECORDED) -> dict:
     architecture = {"family": "mlp", "widths": list(widths), "weight_layout": "out x in (PyTorch)",
-                    "activation": "not recorded (state-dicts layout)",
+                    "activation": activation,
                     "layer": "h_m = act(W_m h_{m-1} + b_m), m < M; the last layer linear"}
     return {"architecture": architecture, "source": {"kind": "state-dicts", "table": path.name}}
 
 
 def export(store, out, *, overwrite: bool = False, progress: bool | None = None) -> Path:
     """Write ``store`` as a folder of state dicts and ``networks.csv`` (``path``, ``split`` and every
-    column of ``networks.parquet`` but ``index`` and ``source_file``; list columns as JSON text)."""
+    column of ``networks.parquet`` but ``index`` and ``source_file``; list columns as JSON text; an
+    ``activation`` column where the manifest names one activation for every network)."""
     import pyarrow.csv as pcsv
+
+    from ..train.mlp import ACTIVATIONS
 
     names = exported_names(store, LAYOUT, lambda i: f"nets/net{i:06d}.pth")
     keys = exported_keys(store, LAYOUT, state_dict_keys(len(store.widths) - 1))
@@ -128,6 +163,9 @@ def export(store, out, *, overwrite: bool = False, progress: bool | None = None)
             if pa.types.is_nested(column.type):
                 column = pa.array([None if v is None else json.dumps(v) for v in column.to_pylist()], pa.string())
             columns[name] = column
+        activation = (store.manifest.get("architecture") or {}).get("activation")
+        if activation in ACTIVATIONS and ACTIVATION not in columns:
+            columns[ACTIVATION] = pa.array([activation] * rows.num_rows, pa.string())
         pcsv.write_csv(pa.table(columns), folder / TABLE)
 
     return export_state_dicts(store, out, layout=LAYOUT, names=names, keys=keys, index_files=index_files,
