@@ -462,6 +462,22 @@ def test_info_and_show_describe_an_imported_zoo(tmp_path):
     assert "remakes the store" in card and "resumes or repairs" not in card
 
 
+def test_info_summarizes_an_imported_mlp_zoo_and_show_refuses_it_in_one_line(tmp_path):
+    """Imported state dicts (family ``mlp``) are neither INRs nor classifier zoos: `zoo info` gives their
+    architecture and their numeric columns (it once failed on a SIREN key, `w0_per_layer`)."""
+    src = write_state_dict_zoo(tmp_path / "src", [3, 5, 2])
+    assert run("import", "state-dicts", src, "--activation", "tanh", "--out", tmp_path / "a").exit_code == 0
+    info = run("info", tmp_path / "a")
+    assert info.exit_code == 0, info.output
+    assert "3 -> 5 -> 2  MLP, activation tanh" in info.output and "imported from the state-dicts layout" in info.output
+    accuracy = WeightStore(tmp_path / "a").networks.column("accuracy").to_numpy()
+    assert f"accuracy   p5 {np.percentile(accuracy, 5):.4f}" in info.output and "epoch      p5" in info.output
+    assert "optimizer" not in info.output  # not a number
+    shown = run("show", tmp_path / "a", "--out", tmp_path / "x.png")
+    assert shown.exit_code == 2 and "zoo of imported MLPs" in shown.output and "Traceback" not in shown.output
+    assert not (tmp_path / "x.png").exists()
+
+
 def test_state_dicts_take_their_activation_from_the_option_or_a_column_and_keep_it_in_a_round_trip(tmp_path):
     import pyarrow.csv as pcsv
 

@@ -1,6 +1,6 @@
 """Human-facing views of a store: the ``zoo info`` summary and the ``zoo show`` picture, by zoo family
-(INR zoos in :mod:`zoo.inspect.inrs`, classifier zoos in :mod:`zoo.inspect.classifiers`; a store
-still being generated in :mod:`zoo.inspect.progress`)."""
+(INR zoos in :mod:`zoo.inspect.inrs`, classifier zoos in :mod:`zoo.inspect.classifiers`, imported plain MLPs
+in :mod:`zoo.inspect.mlps`; a store still being generated in :mod:`zoo.inspect.progress`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ..options import require_writable_file
 from ..store import WeightStore
 from ..store.format import STATUS_COMPLETE
 from ..store.manifest import read_manifest
-from . import classifiers, inrs
+from . import classifiers, inrs, mlps
 from .inrs import coordinates, decode, spec_of  # noqa: F401  (INR helpers used by tests and pipelines)
 from .progress import progress_summary
 
@@ -18,8 +18,15 @@ MAX_SHOWN = 100  # networks (INR zoos) or runs (trajectories) one figure draws
 DEFAULT_SHOWN = 8
 
 
+def family_of(store: WeightStore):
+    """The module that views ``store``'s family of zoos."""
+    if classifiers.is_classifier_store(store):
+        return classifiers
+    return mlps if mlps.is_mlp_store(store) else inrs
+
+
 def summary(store: WeightStore) -> str:
-    return (classifiers if classifiers.is_classifier_store(store) else inrs).summary(store)
+    return family_of(store).summary(store)
 
 
 def describe(root) -> str:
@@ -51,6 +58,8 @@ def show(store: WeightStore, out: Path, count: int | None = None, data_root: str
     1 .. :data:`MAX_SHOWN` or an ``out`` that cannot be written."""
     if count is not None and not 1 <= count <= MAX_SHOWN:
         raise ValueError(f"--count must be between 1 and {MAX_SHOWN} (one figure), got {count}")
+    if mlps.is_mlp_store(store):
+        mlps.refuse_show(store)
     out = check_figure_path(out)
     if classifiers.is_classifier_store(store):
         return classifiers.show(store, out, count, log)
