@@ -476,6 +476,11 @@ def test_info_summarizes_an_imported_mlp_zoo_and_show_refuses_it_in_one_line(tmp
     shown = run("show", tmp_path / "a", "--out", tmp_path / "x.png")
     assert shown.exit_code == 2 and "zoo of imported MLPs" in shown.output and "Traceback" not in shown.output
     assert not (tmp_path / "x.png").exists()
+    card = (tmp_path / "a" / "README.md").read_text()  # its lab's first numeric column, not an INR's PSNR
+    assert "| split | networks (index range) | accuracy |" in card and "PSNR" not in card
+    assert f"| all | 9 | p5 {np.percentile(accuracy, 5):.4f}" in card
+    assert "is not recorded (an imported zoo: `zoo import --dataset NAME`" in card and "`None`" not in card
+    assert "INR-zoo setup" not in card
 
 
 def test_state_dicts_take_their_activation_from_the_option_or_a_column_and_keep_it_in_a_round_trip(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..store.format import SPLITS
+from ..store.format import FAMILY_MLPS, SPLITS
 from .common import (
     LayoutError,
     SourceZoo,
@@ -136,7 +136,7 @@ def read_source(src, *, csv: str | None = None, activation: str | None = None) -
 
 
 def describe(widths, path: Path, activation: str = UNRECORDED) -> dict:
-    architecture = {"family": "mlp", "widths": list(widths), "weight_layout": "out x in (PyTorch)",
+    architecture = {"family": FAMILY_MLPS, "widths": list(widths), "weight_layout": "out x in (PyTorch)",
                     "activation": activation,
                     "layer": "h_m = act(W_m h_{m-1} + b_m), m < M; the last layer linear"}
     return {"architecture": architecture, "source": {"kind": "state-dicts", "table": path.name}}

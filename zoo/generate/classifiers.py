@@ -27,7 +27,7 @@ import torch
 
 from ..sources import SPLITS
 from ..sources.errors import DataError
-from ..store.format import bias_name, weight_name
+from ..store.format import FAMILY_CLASSIFIERS, bias_name, weight_name
 from ..train.data import ClassifierData, classifier_data, input_manifest
 from ..train.mlp import ACTIVATIONS, MlpSpec, init_bound
 from ..train.runs import Diversity, RunSettings, draw_run
@@ -73,7 +73,7 @@ class ClassifierRecipe(Recipe):
         kind, diverse = self.kind, self.diversity is not None
         used = self.diversity.activations if diverse else ("relu",)
         return {
-            "family": "mlp-classifier",
+            "family": FAMILY_CLASSIFIERS,
             "widths": list(kind.widths),
             "activation": "per network: column activation" if diverse else "relu",
             "activations": {name: ACTIVATIONS[name].formula for name in used},

@@ -10,13 +10,14 @@ from ..options import plural
 from .figures import save_figure
 from .format import percentiles, shown
 from ..store import WeightStore
+from ..store.format import FAMILY_CLASSIFIERS
 
 
 LABELLED_RUNS = 10  # runs named in the legend; more are drawn under one label
 
 
 def is_classifier_store(store: WeightStore) -> bool:
-    return store.manifest.get("architecture", {}).get("family") == "mlp-classifier"
+    return store.manifest.get("architecture", {}).get("family") == FAMILY_CLASSIFIERS
 
 
 def _columns(store: WeightStore) -> dict[str, np.ndarray]:

@@ -9,13 +9,12 @@ import pyarrow as pa
 
 from ..options import plural
 from ..store import WeightStore
+from ..store.format import FAMILY_MLPS
 from .format import percentiles
-
-FAMILY = "mlp"
 
 
 def is_mlp_store(store: WeightStore) -> bool:
-    return store.manifest.get("architecture", {}).get("family") == FAMILY
+    return store.manifest.get("architecture", {}).get("family") == FAMILY_MLPS
 
 
 def summary(store: WeightStore) -> str:
@@ -47,6 +46,6 @@ def summary(store: WeightStore) -> str:
 def refuse_show(store: WeightStore) -> None:
     """``zoo show`` draws what a zoo's networks compute (INRs' images, classifiers' accuracies); a plain MLP
     zoo records neither its data nor its task."""
-    raise ValueError(f"{store.root} is a zoo of imported MLPs (family {FAMILY!r}): zoo show draws INR zoos' "
+    raise ValueError(f"{store.root} is a zoo of imported MLPs (family {FAMILY_MLPS!r}): zoo show draws INR zoos' "
                      f"images and classifier zoos' accuracies, and this one records neither its data nor its task "
                      f"(`zoo info` summarizes its columns)")

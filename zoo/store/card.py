@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-from .format import NETWORKS_TABLE, SPLITS, STATUS_COMPLETE, arrays_path
+from .format import FAMILY_CLASSIFIERS, FAMILY_MLPS, NETWORKS_TABLE, SPLITS, STATUS_COMPLETE, arrays_path
 from .identity import KEY as ID_KEY
 from .location import put_file, store_root
 from .manifest import read_manifest
@@ -89,16 +89,16 @@ def card_text(root) -> str:
     manifest = read_manifest(root)
     name = root.name or "STORE"
     dataset = (manifest.get("generation") or {}).get("dataset") or (manifest.get("source") or {}).get("source")
-    classifier = (manifest.get("architecture") or {}).get("family") == "mlp-classifier"
+    family = (manifest.get("architecture") or {}).get("family")
     sections = [
         _about(manifest, name),
         _provenance(manifest),
         _network(manifest),
         _data(manifest, dataset),
-        _splits(root, manifest, classifier),
+        _splits(root, manifest, family),
         _integrity(manifest),
         _loading(manifest, name),
-        _citing(manifest, name, dataset, classifier),
+        _citing(manifest, name, dataset, inr=family not in (FAMILY_CLASSIFIERS, FAMILY_MLPS)),
     ]
     return "\n\n".join(s.rstrip() for s in sections) + "\n"
 
@@ -185,6 +185,9 @@ def _data(m: dict, dataset: str | None) -> str:
     if known:
         what, license_, paper = known
         lines += ["| data set | source | license |", "|---|---|---|", f"| `{dataset}` | {what} | {license_} |"]
+    elif dataset is None:
+        lines.append("The data set the networks were fitted or trained on is not recorded (an imported zoo: "
+                     "`zoo import --dataset NAME` records it).")
     else:
         lines.append(f"Data set `{dataset}`: no license information known to weightzoo; see the manifest's `source`.")
     lines += ["", "The store holds networks fitted or trained on this data, not the data itself. Provenance "
@@ -192,15 +195,25 @@ def _data(m: dict, dataset: str | None) -> str:
     return "\n".join(lines)
 
 
-def _splits(root, m: dict, classifier: bool) -> str:
-    lines = ["## Splits and quality", "", "| split | networks (index range) | "
-             + ("test accuracy" if classifier else "PSNR (dB)") + " |", "|---|---|---|"]
-    column, digits = ("test_accuracy", 3) if classifier else ("psnr", 2)
+def _quality(m: dict, family: str | None) -> tuple[str | None, str, int]:
+    """The table column the splits' table summarizes, its heading and digits: a classifier zoo's test
+    accuracy, an INR zoo's PSNR, an imported MLP zoo's first target (its lab's own column), else none."""
+    if family == FAMILY_CLASSIFIERS:
+        return "test_accuracy", "test accuracy", 3
+    if family == FAMILY_MLPS:
+        targets = [t for t in m.get("targets") or [] if t not in ("index", "split")]
+        return (targets[0], targets[0], 4) if targets else (None, "-", 0)
+    return "psnr", "PSNR (dB)", 2
+
+
+def _splits(root, m: dict, family: str | None) -> str:
+    column, heading, digits = _quality(m, family)
+    lines = ["## Splits and quality", "", f"| split | networks (index range) | {heading} |", "|---|---|---|"]
     values = split = None
     if m.get("status") == STATUS_COMPLETE:
         try:
             table = read_table(root, NETWORKS_TABLE, m)
-            if column in table.column_names:
+            if column is not None and column in table.column_names:
                 values = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
                 split = np.asarray(table.column("split").to_pylist(), dtype=object)
         except Exception as exc:  # noqa: BLE001 - the card still says the rest
@@ -265,7 +278,7 @@ def _loading(m: dict, name: str) -> str:
     ])
 
 
-def _citing(m: dict, name: str, dataset: str | None, classifier: bool) -> str:
+def _citing(m: dict, name: str, dataset: str | None, inr: bool) -> str:
     identity = m.get(ID_KEY)
     versions = m.get("software") or {}
     lines = ["## Citing it", "",
@@ -274,6 +287,6 @@ def _citing(m: dict, name: str, dataset: str | None, classifier: bool) -> str:
     known = DATA_SOURCES.get(dataset or "")
     if known and known[2]:
         lines.append(f"- the data: {known[2]}")
-    if not classifier:
+    if inr:
         lines.append(f"- the INR-zoo setup (DWSNets): {DWSNETS}")
     return "\n".join(lines)

@@ -27,6 +27,8 @@ SPLITS = ("train", "val", "test")
 
 STATUS_IN_PROGRESS = "in_progress"
 STATUS_COMPLETE = "complete"
+#: ``architecture.family`` of the zoos that are not INRs: this project's classifier zoos, imported plain MLPs
+FAMILY_CLASSIFIERS, FAMILY_MLPS = "mlp-classifier", "mlp"
 
 
 def weight_name(m: int) -> str:
