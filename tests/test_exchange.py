@@ -519,3 +519,20 @@ def test_state_dicts_take_their_activation_from_the_option_or_a_column_and_keep_
         with pytest.raises(LayoutError, match="SIRENs"):
             import_zoo(layout, src, tmp_path / f"refused-{layout}", activation=activation, progress=False)
     assert not any((tmp_path / name).exists() for name in ("both", "unknown", "refused-state-dicts", "refused-dwsnets"))
+
+
+def test_a_classifier_zoo_through_state_dicts_keeps_its_networks_columns_values_and_activation(mnist_classifier_zoo,
+                                                                                              tmp_path):
+    """Its float32 and whole-valued real columns come back as the same values (they once came back rounded to
+    float64 and as integers), its activation in the manifest; only what the layout has no place for differs."""
+    from zoo.store.compare_values import compare_values
+
+    export_zoo(mnist_classifier_zoo, "state-dicts", tmp_path / "exported", progress=False)
+    import_zoo("state-dicts", tmp_path / "exported", tmp_path / "back", chunk_size=7, progress=False)
+    original = WeightStore(mnist_classifier_zoo)
+    assert original.networks.schema.field("test_accuracy").type == "float"  # float32
+    found = compare_values(mnist_classifier_zoo, tmp_path / "back")
+    assert not found.differing and not found.statistics_differ
+    assert found.columns_differ == ["classes"]  # a list, as JSON text
+    assert found.columns_only_a == ["activation"] and found.columns_only_b == ["source_file"]
+    assert WeightStore(tmp_path / "back").manifest["architecture"]["activation"] == "relu"

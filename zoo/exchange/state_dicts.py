@@ -162,6 +162,9 @@ def export(store, out, *, overwrite: bool = False, progress: bool | None = None)
             column = rows.column(name)
             if pa.types.is_nested(column.type):
                 column = pa.array([None if v is None else json.dumps(v) for v in column.to_pylist()], pa.string())
+            elif pa.types.is_floating(column.type):  # reads back as these float64 values: float32 ones exactly,
+                column = pa.array([None if v is None else repr(float(v)) for v in column.to_pylist()], pa.string())
+                # and whole ones as reals ("1.0"; pyarrow writes a float 1.0 as "1", which reads back as an integer)
             columns[name] = column
         activation = (store.manifest.get("architecture") or {}).get("activation")
         if activation in ACTIVATIONS and ACTIVATION not in columns:
