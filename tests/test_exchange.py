@@ -473,6 +473,10 @@ def test_info_summarizes_an_imported_mlp_zoo_and_show_refuses_it_in_one_line(tmp
     accuracy = WeightStore(tmp_path / "a").networks.column("accuracy").to_numpy()
     assert f"accuracy   p5 {np.percentile(accuracy, 5):.4f}" in info.output and "epoch      p5" in info.output
     assert "optimizer" not in info.output  # not a number
+    trained = run("train", tmp_path / "a", "--model", "mlp", "--task", "regress", "--target", "accuracy", "--epochs", 1,
+                  "--lr", "1e-3", "--batch-size", 4, "--out", tmp_path / "run")
+    assert trained.exit_code == 0, trained.output  # its 2 val networks: the hint names where its splits come from
+    assert "give a choice worth making (the CSV's split column)" in trained.output
     shown = run("show", tmp_path / "a", "--out", tmp_path / "x.png")
     assert shown.exit_code == 2 and "zoo of imported MLPs" in shown.output and "Traceback" not in shown.output
     assert not (tmp_path / "x.png").exists()

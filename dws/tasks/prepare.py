@@ -237,7 +237,19 @@ def warn_small_val(store: WeightStore, opts: TrainOptions, log) -> None:
     enough = (f"{MIN_SELECTION_NETWORKS} or more" if runs is None else
               f"{MIN_SELECTION_RUNS} or more runs and {MIN_SELECTION_NETWORKS} or more networks")
     log(f"warning: {chosen} chosen on {plural(stop - start, 'val network')}{of_runs}; {enough} give a choice worth "
-        f"making (zoo generate --limit train=N,val=N,test=N)")
+        f"making ({_larger_val_hint(store)})")
+
+
+#: where an imported zoo's splits come from, by layout (``generation.import.layout``)
+IMPORTED_SPLITS = {"dwsnets": "the DWSNets splits JSON's val list",
+                   "nfn-siren": "zoo import nfn-siren --split-points VAL,TEST",
+                   "state-dicts": "the CSV's split column"}
+
+
+def _larger_val_hint(store: WeightStore) -> str:
+    """How to give ``store`` a larger val split: its import's split source, or zoo generate's --limit."""
+    layout = ((store.manifest.get("generation") or {}).get("import") or {}).get("layout")
+    return IMPORTED_SPLITS.get(layout, "zoo generate --limit train=N,val=N,test=N")
 
 
 def log_excluded(store: WeightStore, ranges: dict[str, tuple[int, int]], log=print) -> None:
