@@ -144,7 +144,8 @@ def test_windows_stay_inside_every_sides_chunks_and_each_chunk_is_decoded_once(t
 
     decoded = []
     real = WeightStore.read_chunk
-    monkeypatch.setattr(WeightStore, "read_chunk", lambda self, c: decoded.append((self.chunk_size, c)) or real(self, c))
+    monkeypatch.setattr(WeightStore, "read_chunk",
+                        lambda self, c: decoded.append((self.chunk_size, c)) or real(self, c))
     monkeypatch.setattr(by_value, "WINDOW_BYTES", 3000)  # several windows a chunk
     assert compare_values(tiny_store, reimported).same_networks
     assert sorted(decoded) == sorted({*decoded}) and len(decoded) == 4 + 12  # 60 networks: chunks of 16 and of 5

@@ -6,9 +6,9 @@ every other column becomes a column of ``networks.parquet``, with the types pyar
 gives it. The hidden activation, which a state dict does not hold and ScaleGMN's symmetry and the ``sign``
 canonicalization need, comes from ``--activation`` or an ``activation`` column (one name for every
 network: the manifest's, the column dropped; several: kept, as a ``--diversity`` classifier zoo keeps
-it); export writes that column, so a round trip keeps it. A state dict's parameters are its keys ending in ``weight`` and ``bias``, in order, as
-``nn.Sequential(nn.Linear, act, nn.Linear, ...)`` saves them (``0.weight, 0.bias, 2.weight, ...``);
-any other entry (a batch norm's running statistics, a step count) is refused: not an MLP.
+it); export writes that column, so a round trip keeps it. A state dict's parameters are its keys
+ending in ``weight`` and ``bias``, in order, as ``nn.Sequential(nn.Linear, act, nn.Linear, ...)``
+saves them (``0.weight, 0.bias, 2.weight, ...``); any other entry (a batch norm's running statistics, a step count) is refused: not an MLP.
 """
 
 from __future__ import annotations
