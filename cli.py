@@ -365,11 +365,13 @@ def _parse_split_points(value: str | None):
     return val, test
 
 
-@main.command("import", short_help="Make a store from a zoo in another project's layout (DWSNets, nfn, state dicts).",
+@main.command("import", short_help="Make a store from a zoo in another project's layout (DWSNets, nfn, state dicts) "
+                                   "or from its Parquet export.",
               epilog=_examples(
                   "zoo import dwsnets dataset/mnist_splits.json --out stores/dwsnets-mnist --dataset mnist",
                   "zoo import nfn-siren experiments/data/siren_mnist_wts --out stores/nfn-mnist",
-                  "zoo import state-dicts runs/mlps --csv runs.csv --activation relu --out stores/mlps"))
+                  "zoo import state-dicts runs/mlps --csv runs.csv --activation relu --out stores/mlps",
+                  "zoo import parquet exports/mnist-parquet --out stores/mnist-again"))
 @click.argument("layout", type=click.Choice(IMPORT_LAYOUTS))
 @click.argument("src", type=click.Path(exists=True))
 @click.option("--out", required=True, type=click.Path(), help="New store folder (written whole or not at all).")
@@ -387,7 +389,8 @@ def _parse_split_points(value: str | None):
                    "need it).")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out.")
 def import_(layout, src, out, chunk_size, dataset, prefix, split_points, csv_name, image_size, activation, overwrite):
-    """Import the zoo at SRC (DWSNets: the splits JSON or its folder; nfn-siren and state-dicts: the folder)
+    """Import the zoo at SRC (DWSNets: the splits JSON or its folder; nfn-siren, state-dicts and parquet, what
+    `zoo export --layout parquet` writes: the folder)
     as a complete store: statistics, checksums, content ID and card. Labels and splits become columns and
     splits, `source_file` says which file each network came from. The .pth files are read as untrusted data
     (torch.load with weights_only=True); a bad file stops the import with one line and leaves nothing."""

@@ -15,6 +15,7 @@ import math
 import os
 import pickle
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -520,7 +521,7 @@ def test_state_dicts_take_their_activation_from_the_option_or_a_column_and_keep_
     with pytest.raises(LayoutError, match="'swish', not one of relu"):
         import_zoo("state-dicts", src, tmp_path / "unknown", progress=False)
     for layout, activation in (("state-dicts", "sine"), ("dwsnets", "relu")):
-        with pytest.raises(LayoutError, match="SIRENs"):
+        with pytest.raises(LayoutError, match="SIRENs|record theirs"):
             import_zoo(layout, src, tmp_path / f"refused-{layout}", activation=activation, progress=False)
     assert not any((tmp_path / name).exists() for name in ("both", "unknown", "refused-state-dicts", "refused-dwsnets"))
 
@@ -540,3 +541,60 @@ def test_a_classifier_zoo_through_state_dicts_keeps_its_networks_columns_values_
     assert found.columns_differ == ["classes"]  # a list, as JSON text
     assert found.columns_only_a == ["activation"] and found.columns_only_b == ["source_file"]
     assert WeightStore(tmp_path / "back").manifest["architecture"]["activation"] == "relu"
+
+
+def test_a_parquet_export_imports_back_as_the_same_networks(tiny_store, mnist_classifier_zoo, tmp_path):
+    """``zoo import parquet`` of what ``zoo export --layout parquet`` wrote: at the same chunk size every
+    parameter and statistics file is the same file; at another the same values (an INR and a classifier zoo)."""
+    from zoo.store.compare import compare, store_side
+    from zoo.store.compare_values import compare_values
+
+    assert run("export", tiny_store, "--layout", "parquet", "--out", tmp_path / "pq").exit_code == 0
+    chunk = WeightStore(tiny_store).chunk_size
+    result = run("import", "parquet", tmp_path / "pq", "--out", tmp_path / "back", "--chunk-size", chunk)
+    assert result.exit_code == 0, result.output
+    back = WeightStore(tmp_path / "back")
+    assert verify_store(tmp_path / "back").ok
+    assert back.manifest["kind"] == "imported-parquet" and "of a mnist-inr store" in back.manifest["description"]
+    assert back.manifest["source"]["exported_content_id"] == WeightStore(tiny_store).manifest["content_id"]
+    by_file = compare(store_side(tiny_store), store_side(tmp_path / "back"))
+    assert not any(by_file.differ[p] or by_file.only_a[p] or by_file.only_b[p] for p in ("parameters", "statistics"))
+    assert compare_values(tiny_store, tmp_path / "back").same_networks
+
+    export_zoo(mnist_classifier_zoo, "parquet", tmp_path / "clf-pq", progress=False)
+    import_zoo("parquet", tmp_path / "clf-pq", tmp_path / "clf-back", chunk_size=7, progress=False)  # blocks span files
+    found = compare_values(mnist_classifier_zoo, tmp_path / "clf-back")
+    assert found.same_networks and not found.columns_differ and found.provenance == [
+        "kind mnist-classifiers vs imported-parquet"]
+    info = run("info", tmp_path / "clf-back")  # no training record: summarized as imported MLPs
+    assert info.exit_code == 0 and "test_accuracy p5" in info.output, info.output
+    shown = run("show", tmp_path / "clf-back", "--out", tmp_path / "x.png")
+    assert shown.exit_code == 2 and "zoo of imported MLPs (family 'mlp-classifier')" in shown.output
+    from dws.tasks.domain import store_images
+    from zoo.store import StoreError
+
+    with pytest.raises(StoreError, match="records no data set or input normalization"):
+        store_images(WeightStore(tmp_path / "clf-back"))
+
+
+def test_a_parquet_folder_that_is_not_an_export_is_refused_and_leaves_nothing(tiny_store, tmp_path):
+    import pyarrow as pa
+
+    export_zoo(tiny_store, "parquet", tmp_path / "pq", progress=False)
+    cases = {}
+    cases["no-train"] = shutil.copytree(tmp_path / "pq", tmp_path / "no-train")
+    (cases["no-train"] / "train.parquet").unlink()
+    cases["plain"] = tmp_path / "plain"
+    cases["plain"].mkdir()
+    pq.write_table(pa.table({"W1": [[1.0, 2.0]]}), cases["plain"] / "train.parquet")
+    cases["empty-cell"] = shutil.copytree(tmp_path / "pq", tmp_path / "empty-cell")
+    table = pq.read_table(cases["empty-cell"] / "val.parquet")
+    w2 = table.column("W2").to_pylist()
+    w2[1] = None
+    column = pa.array(w2, table.schema.field("W2").type)
+    pq.write_table(table.set_column(table.column_names.index("W2"), "W2", column), cases["empty-cell"] / "val.parquet")
+    why = {"no-train": "no train.parquet", "plain": "no weightzoo metadata", "empty-cell": "column W2 is not"}
+    for name, src in cases.items():
+        result = run("import", "parquet", src, "--out", tmp_path / f"out-{name}")
+        assert result.exit_code == 2 and why[name] in result.output and "Traceback" not in result.output, result.output
+        assert not (tmp_path / f"out-{name}").exists() or not any((tmp_path / f"out-{name}").iterdir())

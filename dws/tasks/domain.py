@@ -85,6 +85,9 @@ def store_images(store: WeightStore, data_root: str | None = None):
     if arch.get("family") != "mlp-classifier":
         raise StoreError(f"{store.root} holds {manifest.get('kind', 'unknown')} networks, not image classifiers; "
                          f"adaptation needs a classifier zoo (e.g. `zoo generate cifar10-classifiers`)")
+    if "dataset" not in generation or "input" not in arch:
+        raise StoreError(f"{store.root} records no data set or input normalization (an imported zoo): adaptation "
+                         f"needs the images its classifiers were trained on; use the zoo `zoo generate` made")
     root = data_root or _recorded_root(manifest)
     source = get_source(generation["dataset"], root, **(generation.get("source_options") or {}))
     data = classifier_data(source, arch["input"]["mean"], arch["input"]["std"])

@@ -19,9 +19,11 @@ DEFAULT_SHOWN = 8
 
 
 def family_of(store: WeightStore):
-    """The module that views ``store``'s family of zoos."""
+    """The module that views ``store``'s family of zoos: an imported classifier zoo (``zoo import parquet``
+    of one) has no training record, so it is viewed as plain MLPs."""
+    imported = bool((store.manifest.get("generation") or {}).get("import"))
     if classifiers.is_classifier_store(store):
-        return classifiers
+        return mlps if imported else classifiers
     return mlps if mlps.is_mlp_store(store) else inrs
 
 
@@ -58,7 +60,7 @@ def show(store: WeightStore, out: Path, count: int | None = None, data_root: str
     1 .. :data:`MAX_SHOWN` or an ``out`` that cannot be written."""
     if count is not None and not 1 <= count <= MAX_SHOWN:
         raise ValueError(f"--count must be between 1 and {MAX_SHOWN} (one figure), got {count}")
-    if mlps.is_mlp_store(store):
+    if family_of(store) is mlps:
         mlps.refuse_show(store)
     out = check_figure_path(out)
     if classifiers.is_classifier_store(store):

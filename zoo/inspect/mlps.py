@@ -1,6 +1,6 @@
-"""``zoo info`` / ``zoo show`` for zoos of plain MLPs (``zoo import state-dicts``, architecture family
-``mlp``): neither INRs nor this project's classifier zoos, so there is no fit or training record to
-summarize; their table's numeric columns (a lab's accuracies, epochs, ...) are summarized instead."""
+"""``zoo info`` / ``zoo show`` for zoos of imported MLPs (``zoo import state-dicts``, architecture family
+``mlp``; a classifier zoo imported from its Parquet export): no fit or training record to summarize, so
+their targets (the numeric columns an import found: a lab's accuracies, epochs, ...) are summarized instead."""
 
 from __future__ import annotations
 
@@ -32,13 +32,12 @@ def summary(store: WeightStore) -> str:
         "splits     " + ", ".join(f"{s} {v['count']}" for s, v in m["splits"].items()),
     ]
     table = store.networks
-    for name in table.column_names:
-        kind = table.schema.field(name).type
-        if name == "index" or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-            continue
+    numeric = [name for name in (m.get("targets") or table.column_names) if name in table.column_names
+               and name not in ("index", "split") and (pa.types.is_integer(table.schema.field(name).type)
+                                                       or pa.types.is_floating(table.schema.field(name).type))]
+    for name in numeric:  # the targets a model can learn (the import's numeric columns)
         values = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
-        values = values[~np.isnan(values)]
-        lines.append(f"{name:<10} " + percentiles(values, 4))
+        lines.append(f"{name:<10} " + percentiles(values[~np.isnan(values)], 4))
     lines.append(f"disk       {store.size_on_disk() / 2**20:.1f} MiB")
     return "\n".join(lines)
 
@@ -46,6 +45,7 @@ def summary(store: WeightStore) -> str:
 def refuse_show(store: WeightStore) -> None:
     """``zoo show`` draws what a zoo's networks compute (INRs' images, classifiers' accuracies); a plain MLP
     zoo records neither its data nor its task."""
-    raise ValueError(f"{store.root} is a zoo of imported MLPs (family {FAMILY_MLPS!r}): zoo show draws INR zoos' "
-                     f"images and classifier zoos' accuracies, and this one records neither its data nor its task "
-                     f"(`zoo info` summarizes its columns)")
+    family = store.manifest.get("architecture", {}).get("family")
+    raise ValueError(f"{store.root} is a zoo of imported MLPs (family {family!r}): zoo show draws INR zoos' images "
+                     f"and generated classifier zoos' accuracies, and this one records neither its data nor its "
+                     f"training (`zoo info` summarizes its columns)")
