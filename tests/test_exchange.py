@@ -598,3 +598,22 @@ def test_a_parquet_folder_that_is_not_an_export_is_refused_and_leaves_nothing(ti
         result = run("import", "parquet", src, "--out", tmp_path / f"out-{name}")
         assert result.exit_code == 2 and why[name] in result.output and "Traceback" not in result.output, result.output
         assert not (tmp_path / f"out-{name}").exists() or not any((tmp_path / f"out-{name}").iterdir())
+
+
+def test_an_older_parquet_export_without_kind_and_targets_imports_with_label_as_its_target(tiny_store, tmp_path):
+    import json as json_
+
+    import pyarrow as pa
+
+    from zoo.exchange.parquet import METADATA_KEY
+
+    export_zoo(tiny_store, "parquet", tmp_path / "pq", progress=False)
+    for path in (tmp_path / "pq").glob("*.parquet"):  # the metadata exports wrote until 2026-12-07
+        table = pq.read_table(path)
+        meta = json_.loads(table.schema.metadata[METADATA_KEY])
+        older = {k: v for k, v in meta.items() if k not in ("kind", "targets")}
+        pq.write_table(table.replace_schema_metadata({METADATA_KEY: json_.dumps(older).encode()}), path)
+        assert pa.types.is_fixed_size_list(pq.read_schema(path).field("W1").type)
+    import_zoo("parquet", tmp_path / "pq", tmp_path / "back", progress=False)
+    back = WeightStore(tmp_path / "back")
+    assert back.manifest["targets"] == ["label"] and back.manifest["description"].endswith("(pq)")

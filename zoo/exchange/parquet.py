@@ -159,7 +159,7 @@ def import_store(src, out, *, chunk_size: int = 1024, overwrite: bool = False, d
         "description": f"networks imported from a weightzoo Parquet export ({Path(src).name})"
                        + (f" of a {kind} store" if kind else ""),
         "architecture": metadata.get("architecture") or {"family": "mlp", "widths": list(widths)},
-        "targets": [t for t in metadata.get("targets") or [] if t in rows.column_names],
+        "targets": [t for t in metadata.get("targets", ["label"]) if t in rows.column_names],  # older exports: label
         "generation": {**({"dataset": dataset} if dataset else {}),
                        "import": {"layout": LAYOUT, "path": str(Path(src))}},
         "source": {"kind": LAYOUT, "path": str(Path(src)), "exported_content_id": metadata.get("content_id")},
