@@ -28,6 +28,7 @@ from dws.stream.augment import Compose, GaussianNoise, WeightDropout
 from zoo.devices import resolve_device
 from zoo.options import DEFAULT_MAX_MEMORY, MIN_SELECTION_NETWORKS, MIN_SELECTION_RUNS, format_size, plural
 from zoo.store import StoreError, WeightStore
+from zoo.store.manifest import imported_from
 
 from .checkpoint import RESTART, CheckpointError, RunCheckpoints
 from .models import build_model, training_store, weight_spread
@@ -248,7 +249,7 @@ IMPORTED_SPLITS = {"dwsnets": "the DWSNets splits JSON's val list",
 
 def _larger_val_hint(store: WeightStore) -> str:
     """How to give ``store`` a larger val split: its import's split source, or zoo generate's --limit."""
-    layout = ((store.manifest.get("generation") or {}).get("import") or {}).get("layout")
+    layout = (imported_from(store.manifest) or {}).get("layout")
     return IMPORTED_SPLITS.get(layout, "zoo generate --limit train=N,val=N,test=N")
 
 

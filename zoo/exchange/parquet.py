@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..store.format import SPLITS, parameter_shapes
+from ..store.format import FAMILY_MLPS, SPLITS, StoreError, layers_from_arrays, parameter_shapes
 from .common import LayoutError, iterate_chunks, progress_bar, require_new_folder, split_counts, staged_folder
 
 LAYOUT = "parquet"
@@ -101,17 +101,16 @@ def exported_metadata(files: dict[str, Path]) -> dict:
     return first
 
 
-def widths_of_shapes(shapes: dict, where: Path) -> tuple[int, ...]:
+def widths_of_shapes(shapes: dict[str, tuple[int, ...]], where: Path) -> tuple[int, ...]:
     """An M-layer MLP's widths from its arrays' shapes (``W1 [d1, d0], b1 [d1], ...``), checked."""
-    layers = len(shapes) // 2
     try:
-        widths = (shapes["W1"][1], *(shapes[f"W{m}"][0] for m in range(1, layers + 1)))
-    except (KeyError, IndexError, TypeError):
+        weights, _ = layers_from_arrays(shapes)
+        widths = (int(weights[0][1]), *(int(w[0]) for w in weights))
+    except (StoreError, IndexError, TypeError, ValueError):
         widths = None
-    if widths is None or {k: list(v) for k, v in parameter_shapes(widths).items()} != {k: list(v) for k, v in
-                                                                                       shapes.items()}:
+    if widths is None or parameter_shapes(widths) != shapes:
         raise LayoutError(f"{where}: parameters {shapes} are not an MLP's W1, b1, ..., WM, bM")
-    return tuple(int(w) for w in widths)
+    return widths
 
 
 def read_parameters(files: dict[str, Path], shapes: dict, batch: int):
@@ -148,17 +147,17 @@ def import_store(src, out, *, chunk_size: int = 1024, overwrite: bool = False, d
         if "split" in part.column_names and set(part.column("split").to_pylist()) - {split}:
             raise LayoutError(f"{path}: rows of another split than {split!r} in it")
         parts.append(part.drop_columns(["split"]) if "split" in part.column_names else part)
-    sizes = [p.num_rows for p in parts]
-    splits = split_counts([s for s, n in zip(files, sizes) for _ in range(n)], Path(src))
+    split_of = [s for s, part in zip(files, parts) for _ in range(part.num_rows)]
+    splits = split_counts(split_of, Path(src))
     rows = pa.concat_tables(parts, promote_options="permissive")
-    rows = rows.add_column(0, "split", pa.array([s for s, n in zip(files, sizes) for _ in range(n)], pa.string()))
+    rows = rows.add_column(0, "split", pa.array(split_of, pa.string()))
     rows = rows.add_column(0, "index", pa.array(np.arange(rows.num_rows), pa.int64()))
     kind = metadata.get("kind")
     described = {
         "kind": "imported-parquet",
         "description": f"networks imported from a weightzoo Parquet export ({Path(src).name})"
                        + (f" of a {kind} store" if kind else ""),
-        "architecture": metadata.get("architecture") or {"family": "mlp", "widths": list(widths)},
+        "architecture": metadata.get("architecture") or {"family": FAMILY_MLPS, "widths": list(widths)},
         "targets": [t for t in metadata.get("targets", ["label"]) if t in rows.column_names],  # older exports: label
         "generation": {**({"dataset": dataset} if dataset else {}),
                        "import": {"layout": LAYOUT, "path": str(Path(src))}},

@@ -8,7 +8,8 @@ canonicalization need, comes from ``--activation`` or an ``activation`` column (
 network: the manifest's, the column dropped; several: kept, as a ``--diversity`` classifier zoo keeps
 it); export writes that column, so a round trip keeps it. A state dict's parameters are its keys
 ending in ``weight`` and ``bias``, in order, as ``nn.Sequential(nn.Linear, act, nn.Linear, ...)``
-saves them (``0.weight, 0.bias, 2.weight, ...``); any other entry (a batch norm's running statistics, a step count) is refused: not an MLP.
+saves them (``0.weight, 0.bias, 2.weight, ...``); any other entry (a batch norm's running statistics,
+a step count) is refused: not an MLP.
 """
 
 from __future__ import annotations
@@ -84,8 +85,7 @@ def activation_of(table: pa.Table, path: Path, given: str | None) -> tuple[str, 
     names = table.column(ACTIVATION).to_pylist()
     unknown = [n for n in names if n not in ACTIVATIONS]
     if unknown:
-        unknown = unknown[0]
-        raise LayoutError(f"{path}: a network's {ACTIVATION} is {unknown!r}, not one of {known}")
+        raise LayoutError(f"{path}: a network's {ACTIVATION} is {unknown[0]!r}, not one of {known}")
     if len(set(names)) == 1:
         return names[0], table.drop_columns([ACTIVATION])
     return PER_NETWORK, table

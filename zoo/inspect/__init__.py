@@ -9,7 +9,7 @@ from pathlib import Path
 from ..options import require_writable_file
 from ..store import WeightStore
 from ..store.format import STATUS_COMPLETE
-from ..store.manifest import read_manifest
+from ..store.manifest import imported_from, read_manifest
 from . import classifiers, inrs, mlps
 from .inrs import coordinates, decode, spec_of  # noqa: F401  (INR helpers used by tests and pipelines)
 from .progress import progress_summary
@@ -21,9 +21,8 @@ DEFAULT_SHOWN = 8
 def family_of(store: WeightStore):
     """The module that views ``store``'s family of zoos: an imported classifier zoo (``zoo import parquet``
     of one) has no training record, so it is viewed as plain MLPs."""
-    imported = bool((store.manifest.get("generation") or {}).get("import"))
     if classifiers.is_classifier_store(store):
-        return mlps if imported else classifiers
+        return mlps if imported_from(store.manifest) else classifiers
     return mlps if mlps.is_mlp_store(store) else inrs
 
 

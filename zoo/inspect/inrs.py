@@ -11,6 +11,7 @@ from ..fit.siren import SirenSpec, forward
 from ..sources.grids import image_grid, sine_grid
 from ..store import WeightStore
 from ..store.format import layers_from_arrays
+from ..store.manifest import imported_from
 from ..options import plural
 from .figures import save_figure
 from .format import percentiles, shown
@@ -28,7 +29,7 @@ def summary(store: WeightStore) -> str:
     arch = m["architecture"]
     table = store.networks
     generation = m.get("generation", {})
-    imported = generation.get("import")
+    imported = imported_from(m)
     if imported:
         origin = f"source     imported from the {imported['layout']} layout at {imported['path']}"
     else:

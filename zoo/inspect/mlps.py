@@ -10,6 +10,7 @@ import pyarrow as pa
 from ..options import plural
 from ..store import WeightStore
 from ..store.format import FAMILY_MLPS
+from ..store.manifest import imported_from
 from .format import percentiles
 
 
@@ -20,7 +21,7 @@ def is_mlp_store(store: WeightStore) -> bool:
 def summary(store: WeightStore) -> str:
     m = store.manifest
     arch = m["architecture"]
-    imported = m.get("generation", {}).get("import")
+    imported = imported_from(m)
     origin = (f"imported from the {imported['layout']} layout at {imported['path']}" if imported
               else str(m.get("source", {}).get("kind", "not recorded")))
     lines = [

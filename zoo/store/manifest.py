@@ -81,6 +81,11 @@ def enclosing_store(root, levels: int = 3):
     return None
 
 
+def imported_from(manifest: dict) -> dict | None:
+    """``{"layout", "path"}`` of a store ``zoo import`` made (``generation.import``), else None."""
+    return (manifest.get("generation") or {}).get("import")
+
+
 def write_manifest(root, manifest: dict) -> None:
     """Replace the manifest whole (never half-written), with its checksum."""
     manifest[CHECKSUM_KEY] = manifest_checksum(manifest)
