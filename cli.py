@@ -20,6 +20,7 @@ class _ExpectedErrors(click.Group):
 
     def invoke(self, ctx):
         ctx.meta["calmed_openmp"] = calm_openmp_on_a_busy_cpu()  # before anything loads PyTorch
+        ctx.meta["asks_help"] = any(arg in ctx.help_option_names for arg in ctx.args)  # the command's own --help
         from dws.weightspace import WeightSpace  # noqa: F401  (fail early if the install is broken)
         from zoo.sources import DataError
         from zoo.store import StoreError
@@ -111,7 +112,7 @@ def _max_memory(holds: str):
 @click.pass_context
 def main(ctx):
     """Model zoos of small networks (Zarr v3 weight stores) and DWSNets over their weights."""
-    if ctx.invoked_subcommand in COMPUTING_COMMANDS and ctx.meta.get("calmed_openmp"):
+    if ctx.invoked_subcommand in COMPUTING_COMMANDS and ctx.meta.get("calmed_openmp") and not ctx.meta["asks_help"]:
         click.secho(f"the CPU is busy (load {os.getloadavg()[0]:.1f} on {usable_cpus()} cores): OpenMP threads sleep "
                     f"between operators (OMP_WAIT_POLICY=PASSIVE; set OMP_WAIT_POLICY to choose)", err=True, dim=True)
 

@@ -119,6 +119,27 @@ def test_torchvision_and_uncompressed_layouts(tmp_path):
 
 
 @needs_mnist
+def test_missing_split_names_the_subfolder_that_holds_it(tmp_path):
+    # a data root one folder too high: data/mnist beside data/fashion-mnist, whose files have MNIST's names
+    (tmp_path / "sets" / "mnist").mkdir(parents=True)
+    for name in TEST_FILES:
+        (tmp_path / "sets" / "mnist" / name).symlink_to(MNIST_DIR / name)
+    impostor = tmp_path / "sets" / "fashion"  # MNIST's names, other labels
+    impostor.mkdir()
+    (impostor / TEST_FILES[0]).symlink_to(MNIST_DIR / TEST_FILES[0])
+    labels = bytearray(gzip.decompress((MNIST_DIR / TEST_FILES[1]).read_bytes()))
+    labels[8] = (labels[8] + 1) % 10
+    (impostor / TEST_FILES[1]).write_bytes(gzip.compress(bytes(labels)))
+    with pytest.raises(DataError, match=f"MNIST test split not found.*are in {tmp_path}/sets/mnist: use --data-root "
+                                        f"{tmp_path}/sets/mnist\\.$") as caught:
+        get_source("mnist", tmp_path).split("test")
+    assert "fashion" not in str(caught.value)
+    with pytest.raises(DataError, match="Put the official Fashion-MNIST files") as caught:  # none of its own below
+        get_source("fashion-mnist", tmp_path).split("test")
+    assert "are in" not in str(caught.value)
+
+
+@needs_mnist
 def test_checksum_mismatch_and_verify_off(tmp_path):
     (tmp_path / TEST_FILES[0]).symlink_to(MNIST_DIR / TEST_FILES[0])
     labels = bytearray(gzip.decompress((MNIST_DIR / TEST_FILES[1]).read_bytes()))

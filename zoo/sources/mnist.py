@@ -99,6 +99,37 @@ def locate(root: str | Path, dataset: IdxDataset, stem: str) -> Path | None:
     return None
 
 
+def copies_below(root: Path, dataset: IdxDataset, split: str, depth: int = 2) -> list[Path]:
+    """Folders under ``root`` (``depth`` levels down) that hold ``dataset``'s ``split`` in an accepted
+    layout, for the missing-file error: a data root of several data sets (``data/mnist``,
+    ``data/fashion-mnist``) is a common way to point one folder too high. Only folders whose labels
+    file is the official one count (MNIST and Fashion-MNIST share every file name)."""
+    labels = FILES[split][1]
+    found, level = [], [root]
+    for _ in range(depth):
+        level = sorted(sub for folder in level for sub in _subfolders(folder))
+        for folder in level:
+            paths = [locate(folder, dataset, stem) for stem in FILES[split]]
+            if None not in paths and _is_official(paths[1], dataset.content_md5[labels]):
+                found.append(folder)
+    return found
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return [sub for sub in folder.iterdir() if sub.is_dir() and not sub.name.startswith(".")]
+    except OSError:
+        return []
+
+
+def _is_official(path: Path, content_md5: str) -> bool:
+    try:
+        load_idx(path, md5=content_md5, ndim=1)
+    except DataError:
+        return False
+    return True
+
+
 def read_split(root: str | Path, split: str, dataset: IdxDataset = MNIST, verify: bool = True) -> OfficialSplit:
     """Official split "train" or "test": images uint8 [N, 28, 28, 1], labels int64 [N].
 
@@ -109,9 +140,12 @@ def read_split(root: str | Path, split: str, dataset: IdxDataset = MNIST, verify
     paths = [locate(root, dataset, stem) for stem in FILES[split]]
     if None in paths:
         missing = [s for s, p in zip(FILES[split], paths) if p is None]
+        below = copies_below(root, dataset, split)
+        found = (f"The official {dataset.title} {split} files are in {', '.join(map(str, below))}: "
+                 f"use --data-root {below[0]}." if below else "")
         raise DataError(f"{dataset.title} {split} split not found under {root}: no {', '.join(missing)} "
                         f"(.gz or uncompressed) in {root} or {root / dataset.folder / 'raw'}. "
-                        + where_to_put(root, dataset, split))
+                        + (found or where_to_put(root, dataset, split)))
     images, labels = (
         load_idx(path, md5=dataset.content_md5[stem] if verify else None, ndim=ndim)
         for path, stem, ndim in zip(paths, FILES[split], (3, 1))
