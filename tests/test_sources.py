@@ -270,6 +270,22 @@ def test_cifar10_errors(tmp_path):
         cifar10.read_split(tmp_path, "train", verify=False)
 
 
+def test_cifar10_missing_names_the_folder_below_that_holds_it(tmp_path):
+    # the data root one level too high: data/cifar-10/cifar-10-batches-py, found once (not again inside)
+    write_cifar_batches(tmp_path / "data" / "cifar-10" / cifar10.FOLDER)
+    (tmp_path / "data" / "other").mkdir()
+    with pytest.raises(DataError, match=f"no data_batch_1, .* in {tmp_path}/data\\. The CIFAR-10 train batches are "
+                                        f"in {tmp_path}/data/cifar-10: use --data-root {tmp_path}/data/cifar-10\\.$"):
+        get_source("cifar10", tmp_path / "data", verify=False).split("train")
+    with pytest.raises(DataError, match=f"no CIFAR-10 training batch .* are in {tmp_path}/data/cifar-10: "):
+        get_source("cifar10-unverified", tmp_path)  # two levels up
+    # the folder itself, partial: no folder below suggested, the partial copy's own advice
+    (tmp_path / "data" / "cifar-10" / cifar10.FOLDER / "data_batch_5").unlink()
+    with pytest.raises(DataError, match="no data_batch_5 in .*Extract cifar-10-python.tar.gz.*cifar10-unverified") as e:
+        get_source("cifar10", tmp_path / "data" / "cifar-10", verify=False).split("train")
+    assert "use --data-root" not in str(e.value)
+
+
 def write_cifar_batch(path: Path, labels, data: np.ndarray | None = None) -> Path:
     data = np.zeros((len(labels), 3072), np.uint8) if data is None else data
     path.write_bytes(pickle.dumps({b"labels": labels, b"data": data}, protocol=2))

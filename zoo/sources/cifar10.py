@@ -39,6 +39,7 @@ from .errors import DataError
 from .fetch import download_file
 from .images import HoldOut, ImageSource, OfficialSplit, check_labels
 from .integrity import check_md5, file_record, md5_hex, read_file
+from .nearby import folders_below, use_instead
 
 FOLDER = "cifar-10-batches-py"
 ARCHIVE = "cifar-10-python.tar.gz"
@@ -71,6 +72,15 @@ def where_to_put(root: Path) -> str:
     return (f"Extract {ARCHIVE} ({URL}) into {root} so that {root / FOLDER / 'data_batch_1'} exists, or download it "
             f"with `zoo generate ... --data-root {root} --download` (in Python: get_source('cifar10', root, "
             f"download=True)).")
+
+
+def missing_hint(root: str | Path, names, what: str) -> str:
+    """What to do when batches ``names`` are missing: the folder below ``root`` that holds some of them (a data
+    root one level too high; its own error then says what a partial copy needs), or where to put them."""
+    folder = batch_folder(root)
+    below = folders_below(Path(root), lambda other: batch_folder(other) != folder
+                          and any((batch_folder(other) / name).is_file() for name in names))
+    return use_instead(below, what) or where_to_put(Path(root))
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -142,7 +152,7 @@ def read_split(root: str | Path, split: str, verify: bool = True, batches=None) 
     names = ("test_batch",) if split == "test" else train_batch_names(batches)
     missing = [name for name in names if not (folder / name).is_file()]
     if missing:
-        hint = where_to_put(Path(root))
+        hint = missing_hint(root, names, f"CIFAR-10 {split} batches")
         if split == "train" and batches is None and len(missing) < len(names):
             hint += (f" To read only the training batches present (recorded in the provenance), pass `--dataset "
                      f"{UNVERIFIED}` (in Python: Cifar10Source(root, batches='present')).")
@@ -190,7 +200,7 @@ class Cifar10Source(ImageSource):
             batches = present_batches(self.root)
             if not batches:
                 raise DataError(f"no CIFAR-10 training batch (data_batch_1..5) in {batch_folder(self.root)}. "
-                                + where_to_put(self.root))
+                                + missing_hint(self.root, TRAIN_BATCHES, "CIFAR-10 training batches"))
         self.train_batches = train_batch_names(batches)  # file names, checked here so bad numbers fail early
         self.batches = batches
 

@@ -22,6 +22,7 @@ from .errors import DataError
 from .fetch import download_file
 from .idx import REDOWNLOAD, load_idx
 from .images import HoldOut, ImageSource, OfficialSplit, check_labels
+from .nearby import folders_below, use_instead
 
 FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -99,32 +100,14 @@ def locate(root: str | Path, dataset: IdxDataset, stem: str) -> Path | None:
     return None
 
 
-def copies_below(root: Path, dataset: IdxDataset, split: str, depth: int = 2) -> list[Path]:
-    """Folders under ``root`` (``depth`` levels down) that hold ``dataset``'s ``split`` in an accepted
-    layout, for the missing-file error: a data root of several data sets (``data/mnist``,
-    ``data/fashion-mnist``) is a common way to point one folder too high. Only folders whose labels
-    file is the official one count (MNIST and Fashion-MNIST share every file name)."""
-    labels = FILES[split][1]
-    found, level = [], [root]
-    for _ in range(depth):
-        level = sorted(sub for folder in level for sub in _subfolders(folder))
-        for folder in level:
-            paths = [locate(folder, dataset, stem) for stem in FILES[split]]
-            if None not in paths and _is_official(paths[1], dataset.content_md5[labels]):
-                found.append(folder)
-    return found
-
-
-def _subfolders(folder: Path) -> list[Path]:
+def holds_split(folder: Path, dataset: IdxDataset, split: str) -> bool:
+    """Whether ``folder`` holds ``dataset``'s ``split`` in an accepted layout, its labels the official ones
+    (MNIST and Fashion-MNIST share every file name)."""
+    paths = [locate(folder, dataset, stem) for stem in FILES[split]]
+    if None in paths:
+        return False
     try:
-        return [sub for sub in folder.iterdir() if sub.is_dir() and not sub.name.startswith(".")]
-    except OSError:
-        return []
-
-
-def _is_official(path: Path, content_md5: str) -> bool:
-    try:
-        load_idx(path, md5=content_md5, ndim=1)
+        load_idx(paths[1], md5=dataset.content_md5[FILES[split][1]], ndim=1)
     except DataError:
         return False
     return True
@@ -140,9 +123,8 @@ def read_split(root: str | Path, split: str, dataset: IdxDataset = MNIST, verify
     paths = [locate(root, dataset, stem) for stem in FILES[split]]
     if None in paths:
         missing = [s for s, p in zip(FILES[split], paths) if p is None]
-        below = copies_below(root, dataset, split)
-        found = (f"The official {dataset.title} {split} files are in {', '.join(map(str, below))}: "
-                 f"use --data-root {below[0]}." if below else "")
+        found = use_instead(folders_below(root, lambda folder: holds_split(folder, dataset, split)),
+                            f"official {dataset.title} {split} files")
         raise DataError(f"{dataset.title} {split} split not found under {root}: no {', '.join(missing)} "
                         f"(.gz or uncompressed) in {root} or {root / dataset.folder / 'raw'}. "
                         + (found or where_to_put(root, dataset, split)))
