@@ -421,14 +421,18 @@ def export(store, layout, out, prefix, overwrite):
     click.echo(f"exported {store} as {layout} into {out}")
 
 
-@main.command(short_help="Write a new store whose networks are canonicalized under their symmetries (sign, sort, "
-                         "align).",
+@main.command(short_help="Write a new store whose networks are canonicalized under their symmetries (sign, scale, "
+                         "sort, align).",
               epilog=_examples("zoo derive stores/mnist --canonicalize sign,sort --out stores/mnist-sign-sort",
                                "zoo derive stores/fmnist-40 --canonicalize sort --out stores/fmnist-40-sorted",
+                               "zoo derive stores/fmnist-classifiers --canonicalize scale,sort "
+                               "--out stores/fmnist-scale-sort",
                                "zoo derive stores/mnist --canonicalize align --seed 0 --out stores/mnist-aligned"))
 @click.argument("store", type=STORE)
 @click.option("--canonicalize", "transforms", required=True, metavar="T[,T...]",
-              help="sign (odd activations: every hidden neuron flipped to a non-negative bias), sort (hidden "
+              help="sign (odd activations: every hidden neuron flipped to a non-negative bias), scale (ReLU: "
+                   "every hidden neuron's incoming weights and bias scaled to norm 1, its outgoing ones inversely), "
+                   "sort (hidden "
                    "neurons in order of their bias), align (weight matching to mlp-align's MergeMany reference "
                    "from the train split); several, comma-separated, are applied in order.")
 @click.option("--out", required=True, help="Folder or fsspec URL of the new store.")
@@ -438,7 +442,7 @@ def export(store, layout, out, prefix, overwrite):
 def derive(store, transforms, out, overwrite, seed):
     """Write every network of STORE, canonicalized, as a new store at --out (same rows and splits); its
     manifest records the source's content ID and the transforms, and `zoo train` takes it like any store.
-    Functions are unchanged; see docs/store-format.md, "Canonicalized stores"."""
+    Functions are unchanged (up to float rounding); see docs/store-format.md, "Canonicalized stores"."""
     from zoo.options import require_writable_folder
 
     from dws.canonical import derive_canonical_store, parse_transforms

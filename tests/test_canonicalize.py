@@ -1,8 +1,8 @@
 """Canonicalization under the networks' symmetries (``dws.canonical``, ``zoo derive --canonicalize``).
 
 A canonical form keeps every network's function, is idempotent, and maps a network and any of its
-symmetric copies (random hidden-neuron permutations and, for odd activations, random sign flips) to
-the same weights. Checked on random architectures and on stores: the tiny SIREN store of real digits
+symmetric copies (random hidden-neuron permutations and, for odd activations, random sign flips; for
+ReLU, random positive scalings) to the same weights. Checked on random architectures and on stores: the tiny SIREN store of real digits
 and small synthetic classifier stores (ReLU, tanh).
 """
 
@@ -16,13 +16,16 @@ from click.testing import CliRunner
 
 from dws.canonical import (
     canonical_flips,
+    canonical_neuron_scales,
     canonical_order,
+    canonical_scales,
     canonical_signs,
     canonicalizer,
     derive_canonical_store,
     flip_signs,
     parse_transforms,
 )
+from dws.canonical.scale import neuron_norms
 from dws.canonical.sign import sign_keys
 from dws.stream.batch import weightspace_from_arrays
 from dws.weightspace import WeightSpace, mlp_forward, random_group_element, random_neuron_scales
@@ -35,6 +38,10 @@ SEEDS = range(8)
 
 def sign_then_sort(ws: WeightSpace) -> WeightSpace:
     return canonical_order(canonical_signs(ws))
+
+
+def scale_then_sort(ws: WeightSpace) -> WeightSpace:
+    return canonical_order(canonical_scales(ws))
 
 
 def hidden_at_least_two(seed: int) -> tuple[int, ...]:
@@ -60,7 +67,8 @@ def symmetric_copy(ws: WeightSpace, seed: int, flips: bool) -> WeightSpace:
 # ------------------------------------------------------------------------------ random architectures
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("transform, activation", [(canonical_signs, torch.sin), (canonical_signs, torch.tanh),
-                                                   (canonical_order, torch.relu), (sign_then_sort, torch.sin)])
+                                                   (canonical_order, torch.relu), (sign_then_sort, torch.sin),
+                                                   (canonical_scales, torch.relu), (scale_then_sort, torch.relu)])
 def test_transforms_keep_every_function_and_are_idempotent(seed, transform, activation):
     widths = random_widths(seed, min_layers=2, max_layers=4, max_width=6)
     ws = random_ws(widths, batch=6, seed=seed, dtype=torch.float32)
@@ -120,8 +128,45 @@ def test_sign_is_one_representative_per_sign_orbit():
     assert_same_bits(canonical_signs(flipped), canonical_signs(ws))
 
 
+def scaled_copy(ws: WeightSpace, seed: int) -> WeightSpace:
+    """``ws`` with every hidden neuron scaled by a random positive number (log-uniform in [1/2, 2])."""
+    g = torch.Generator().manual_seed(2000 + seed)
+    return ws.scale_neurons(random_neuron_scales(ws.widths, ws.batch_size, "positive", g))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_scale_gives_every_hidden_neuron_norm_one_and_leaves_dead_ones(seed):
+    ws = random_ws(hidden_at_least_two(seed), batch=5, seed=seed, dtype=torch.float32)
+    dead = ws.weights[0].clone()
+    dead[0, 1] = 0  # network 0's second neuron of the first hidden layer: no incoming weight, no bias
+    first_biases = ws.biases[0].clone()
+    first_biases[0, 1] = 0
+    ws = WeightSpace((dead, *ws.weights[1:]), (first_biases, *ws.biases[1:]))
+    out = canonical_scales(ws)
+    for k in range(ws.num_layers - 1):
+        norms = neuron_norms(out.weights[k], out.biases[k])
+        alive = neuron_norms(ws.weights[k], ws.biases[k]) > 0 if k == 0 else torch.ones_like(norms, dtype=torch.bool)
+        torch.testing.assert_close(norms[alive], torch.ones_like(norms[alive]), rtol=0, atol=1e-6)
+        assert (norms[~alive] == 0).all()
+    assert not torch.isclose(neuron_norms(ws.weights[0], ws.biases[0]), torch.ones(1, dtype=torch.float64)).all()
+    assert canonical_neuron_scales(ws)[0][0, 1] == 1  # the dead neuron's outgoing weights are not divided by 0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_scale_then_sort_is_one_representative_per_orbit_up_to_rounding(seed):
+    ws = random_ws(hidden_at_least_two(seed), batch=6, seed=seed, dtype=torch.float32)
+    moved = symmetric_copy(scaled_copy(ws, seed), seed, flips=False)
+    assert not torch.allclose(moved.flatten(), ws.flatten())
+    torch.testing.assert_close(scale_then_sort(moved).flatten(), scale_then_sort(ws).flatten(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(canonical_scales(scaled_copy(ws, seed)).flatten(), canonical_scales(ws).flatten(),
+                               rtol=1e-5, atol=1e-6)
+    # a control: sorting alone does not undo the scaling
+    assert not torch.allclose(canonical_order(moved).flatten(), canonical_order(ws).flatten(), rtol=1e-3)
+
+
 def test_transform_names_are_checked_before_anything_runs():
     assert parse_transforms("sign, sort") == ("sign", "sort")
+    assert parse_transforms("scale,sort") == ("scale", "sort")
     with pytest.raises(ValueError, match="unknown transform 'flip'"):
         parse_transforms("sign,flip")
     with pytest.raises(ValueError, match="twice"):
@@ -219,19 +264,37 @@ def test_align_after_sign_builds_its_reference_from_canonical_networks(tmp_path)
     assert (reference.biases[0] >= 0).all()  # the mean of sign-canonical networks: no negative first bias
 
 
-@pytest.mark.parametrize("activation, column, refused", [
-    ("relu", None, "relu"), ("tanh", None, None),
-    (None, ["tanh"] * 24, None), (None, ["tanh"] * 20 + ["relu"] * 4, "relu")])
-def test_sign_needs_odd_activations_and_leaves_nothing_when_refused(tmp_path, activation, column, refused):
+@pytest.mark.parametrize("transform, activation, column, refused", [
+    ("sign", "relu", None, "relu"), ("sign", "tanh", None, None),
+    ("sign", None, ["tanh"] * 24, None), ("sign", None, ["tanh"] * 20 + ["relu"] * 4, "relu"),
+    ("scale", "relu", None, None), ("scale", "tanh", None, "tanh"), ("scale", "sine", None, "sine"),
+    ("scale", None, ["relu"] * 20 + ["gelu"] * 4, "gelu")])
+def test_sign_and_scale_need_their_activations_and_leave_nothing_when_refused(tmp_path, transform, activation,
+                                                                              column, refused):
     classifier_store(tmp_path / "source", (3, 4, 2), activation=activation, column=column)
-    out = tmp_path / "signed"
+    out = tmp_path / "derived"
     if refused is None:
-        derive_canonical_store(tmp_path / "source", out, ("sign",), log=lambda *_: None)
-        assert WeightStore(out).manifest["canonicalize"] == ["sign"]
+        derive_canonical_store(tmp_path / "source", out, (transform,), log=lambda *_: None)
+        assert WeightStore(out).manifest["canonicalize"] == [transform]
         return
-    with pytest.raises(ValueError, match=f"odd activation.*has {refused}"):
-        derive_canonical_store(tmp_path / "source", out, ("sign", "sort"), log=lambda *_: None)
+    kind = {"sign": "an odd activation", "scale": "a positively homogeneous activation"}[transform]
+    with pytest.raises(ValueError, match=f"canonicalize {transform} needs {kind}.*has {refused}"):
+        derive_canonical_store(tmp_path / "source", out, (transform, "sort"), log=lambda *_: None)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_derive_scale_sort_keeps_a_relu_store_s_functions_and_is_idempotent(tmp_path, seed):
+    widths = random_widths(seed, min_layers=2, max_layers=4, max_width=6)
+    classifier_store(tmp_path / "source", widths, seed=seed)
+    derive_canonical_store(tmp_path / "source", tmp_path / "once", ("scale", "sort"), log=lambda *_: None)
+    derive_canonical_store(tmp_path / "once", tmp_path / "twice", ("scale", "sort"), log=lambda *_: None)
+    x = torch.randn(11, widths[0], generator=torch.Generator().manual_seed(seed))
+    before, once = all_networks(tmp_path / "source"), all_networks(tmp_path / "once")
+    torch.testing.assert_close(mlp_forward(once, x), mlp_forward(before, x), rtol=1e-5, atol=1e-5)
+    assert_same_bits(all_networks(tmp_path / "twice"), once)
+    manifest = WeightStore(tmp_path / "once").manifest
+    assert manifest["canonicalize"] == ["scale", "sort"] and "norm 1" in manifest["canonicalization"]["scale"]["rule"]
 
 
 def test_out_is_refused_unless_overwrite_and_an_error_leaves_the_old_store(tmp_path, monkeypatch):

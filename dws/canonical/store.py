@@ -1,7 +1,7 @@
 """``zoo derive STORE --canonicalize T[,T...] --out NEW``: a store whose networks are canonicalized.
 
-Every network of every split goes through the transforms in the order given (``sign``, ``sort``,
-``align``; see their modules), one store chunk at a time, into an ordinary complete store (fresh
+Every network of every split goes through the transforms in the order given (``sign``, ``scale``,
+``sort``, ``align``; see their modules), one store chunk at a time, into an ordinary complete store (fresh
 statistics, content ID, card) with the same rows and splits. Its manifest keeps the source's
 description of the networks (kind, architecture, generation, source, targets, ...) and adds
 ``derived_from`` (the source's location and content ID), ``canonicalize`` (the transforms, in
@@ -23,13 +23,17 @@ from zoo.store.staging import staged_folder
 from zoo.store.location import UrlRoot, is_empty, remove_tree, store_root
 
 from .reference import reference_alignment
+from .scale import HOMOGENEOUS_ACTIVATIONS, canonical_scales
 from .sign import ODD_ACTIVATIONS, canonical_signs
 from .sort import canonical_order
 
-TRANSFORMS = ("sign", "sort", "align")
+TRANSFORMS = ("sign", "scale", "sort", "align")
 RULES = {
     "sign": "each hidden neuron flipped (incoming weights, bias and outgoing weights negated) where its key is "
             "negative; key: the bias, or the sum of its incoming weights where the bias is 0; layers first to last",
+    "scale": "each hidden neuron's incoming weights and bias multiplied, and its outgoing weights divided, by one "
+             "positive number so that its incoming weights and bias have Euclidean norm 1 (all-zero ones, and norms "
+             "within 1e-5 of 1, left as they are); layers first to last",
     "sort": "each hidden layer's neurons in ascending order of the bias, ties broken by the incoming weights "
             "compared entry by entry; layers first to last, stable",
     "align": "weight matching to one MergeMany reference built from the train split, as zoo train --model "
@@ -62,8 +66,9 @@ def derive_canonical_store(source, out, transforms: tuple[str, ...], *, overwrit
     if str(root.resolve()) == str(store.root.resolve()):
         raise ValueError(f"--out {out} is the source store; choose another folder")
     _check_out(root, overwrite)
-    if "sign" in transforms:
-        require_odd_activation(store)
+    for name in ("sign", "scale"):
+        if name in transforms:
+            require_activation(store, name)
     transform, record = canonicalizer(store, transforms, seed, log)
     manifest = store.manifest
     origin = {"store": str(store.root.resolve()), "content_id": manifest.get(ID_KEY)}
@@ -91,6 +96,8 @@ def canonicalizer(store: WeightStore, transforms: tuple[str, ...], seed: int = 0
         record[name] = {"rule": RULES[name]}
         if name == "sign":
             steps.append(canonical_signs)
+        elif name == "scale":
+            steps.append(canonical_scales)
         elif name == "sort":
             steps.append(canonical_order)
         else:
@@ -118,12 +125,22 @@ def activations_of(store: WeightStore) -> set[str]:
     return {activation or "unrecorded"}
 
 
-def require_odd_activation(store: WeightStore) -> None:
-    """ValueError unless every network of ``store`` has an odd activation (what ``sign`` needs)."""
-    other = sorted(activations_of(store) - set(ODD_ACTIVATIONS))
+#: the activations each symmetry transform needs, and what it does to a neuron that then keeps the function
+NEEDS = {"sign": ("an odd activation", ODD_ACTIVATIONS, "flipping a neuron"),
+         "scale": ("a positively homogeneous activation", HOMOGENEOUS_ACTIVATIONS, "scaling a neuron by s > 0")}
+
+
+def require_activation(store: WeightStore, transform: str) -> None:
+    """ValueError unless every network of ``store`` has an activation under which ``transform`` (``sign``,
+    ``scale``) keeps its function."""
+    kind, names, action = NEEDS[transform]
+    found = activations_of(store)
+    other = sorted(found - set(names))
     if other:
-        raise ValueError(f"--canonicalize sign needs an odd activation ({', '.join(ODD_ACTIVATIONS)}), where flipping "
-                         f"a neuron keeps the function; {store.root} has {', '.join(other)} (use sort or align)")
+        fitting = [name for name, need in NEEDS.items() if found <= set(need[1])]
+        raise ValueError(f"--canonicalize {transform} needs {kind} ({', '.join(names)}), where {action} keeps "
+                         f"the function; {store.root} has {', '.join(other)} (use {', '.join(fitting + ['sort'])} "
+                         f"or align)")
 
 
 def _check_out(root, overwrite: bool) -> None:
