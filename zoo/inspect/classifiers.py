@@ -8,7 +8,7 @@ import numpy as np
 
 from ..options import plural
 from .figures import save_figure
-from .format import percentiles, shown
+from .format import disk_line, head_lines, percentiles, shown, widths_text
 from ..store import WeightStore
 from ..store.format import FAMILY_CLASSIFIERS
 
@@ -53,11 +53,10 @@ def summary(store: WeightStore) -> str:
     length = f"{train['steps']} steps" if train.get("steps") else plural(train['epochs'], 'epoch')
     every = f", a checkpoint every {train['checkpoint_every']} steps" if train.get("checkpoint_every") else ""
     lines = [
-        f"store      {store.root}  (format v{m['format_version']}, {m['status']})",
-        f"kind       {m['kind']}: {m.get('description', '')}",
+        *head_lines(store),
         f"source     {m['source'].get('source')}: official train {images.get('train', '?')} / test "
         f"{images.get('test', '?')} images  (seed {gen['seed']})",
-        f"arch       {' -> '.join(map(str, arch['widths']))}  MLP, activation {arch['activation']}",
+        f"arch       {widths_text(arch)}  MLP, activation {arch['activation']}",
         f"training   Adam lr {train['lr']:g}, batch {train['batch_size']}, {length}{every}"
         + (", hyperparameters sampled per run" if gen.get("diversity") else ""),
         f"networks   {m['num_networks']} in {plural(m['num_chunks'], 'chunk')} of {m['chunk_size']}: "
@@ -78,7 +77,7 @@ def summary(store: WeightStore) -> str:
     diverged = sorted(set(cols["run"][cols["status"] != "ok"].tolist()))
     lines.append("status     " + (f"{plural(len(diverged), 'run')} diverged: {diverged[:10]}" if diverged
                                   else "every run trained with finite losses"))
-    lines.append(f"disk       {store.size_on_disk() / 2**20:.1f} MiB")
+    lines.append(disk_line(store))
     return "\n".join(lines)
 
 

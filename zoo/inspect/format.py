@@ -1,4 +1,5 @@
-"""What the ``zoo info`` and ``zoo show`` views of every zoo family share: percentile lines, counts."""
+"""What the ``zoo info`` and ``zoo show`` views of every zoo family share: the summary's first and last lines,
+percentile lines, counts."""
 
 from __future__ import annotations
 
@@ -12,3 +13,20 @@ def shown(count: int, available: int, what: str, log) -> int:
     if count > available:
         log(f"note: the store has {available} {what}: drawing all of them, not {count}")
     return min(count, available)
+
+
+def head_lines(store, state: str = "") -> list[str]:
+    """A summary's first lines: where the store is, its format and status (and ``state``, said after it),
+    its kind."""
+    m = store.manifest
+    return [f"store      {store.root}  (format v{m['format_version']}, {m['status']}{state})",
+            f"kind       {m['kind']}: {m.get('description', '')}"]
+
+
+def widths_text(architecture: dict) -> str:
+    """``784 -> 128 -> 10``."""
+    return " -> ".join(map(str, architecture["widths"]))
+
+
+def disk_line(store) -> str:
+    return f"disk       {store.size_on_disk() / 2**20:.1f} MiB"

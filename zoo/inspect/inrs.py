@@ -14,7 +14,7 @@ from ..store.format import layers_from_arrays
 from ..store.manifest import imported_from
 from ..options import plural
 from .figures import save_figure
-from .format import percentiles, shown
+from .format import disk_line, head_lines, percentiles, shown, widths_text
 
 
 def spec_of(store: WeightStore) -> SirenSpec:
@@ -36,10 +36,9 @@ def summary(store: WeightStore) -> str:
         origin = (f"source     {m['source'].get('source')}  ({plural(generation['views'], 'view')} per item, "
                   f"seed {generation['seed']})")
     lines = [
-        f"store      {store.root}  (format v{m['format_version']}, {m['status']})",
-        f"kind       {m['kind']}: {m.get('description', '')}",
+        *head_lines(store),
         origin,
-        f"arch       {' -> '.join(map(str, arch['widths']))}  {arch['activation']}, w0 {arch['w0_per_layer']}, init {arch['init']}",
+        f"arch       {widths_text(arch)}  {arch['activation']}, w0 {arch['w0_per_layer']}, init {arch['init']}",
         f"networks   {m['num_networks']} in {plural(m['num_chunks'], 'chunk')} of {m['chunk_size']}",
         "splits     " + ", ".join(f"{s} {v['count']}" for s, v in m["splits"].items()),
     ]
@@ -49,7 +48,7 @@ def summary(store: WeightStore) -> str:
         steps = table.column("steps").to_numpy()
         lines.append(f"steps      mean {steps.mean():.0f}, early-stopped "
                      f"{np.mean(steps < generation['fit']['steps']) * 100:.1f}%" + _fitted_by(table))
-    lines.append(f"disk       {store.size_on_disk() / 2**20:.1f} MiB")
+    lines.append(disk_line(store))
     return "\n".join(lines)
 
 

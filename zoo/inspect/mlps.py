@@ -11,7 +11,7 @@ from ..options import plural
 from ..store import WeightStore
 from ..store.format import FAMILY_MLPS
 from ..store.manifest import imported_from
-from .format import percentiles
+from .format import disk_line, head_lines, percentiles, widths_text
 
 
 def is_mlp_store(store: WeightStore) -> bool:
@@ -25,10 +25,9 @@ def summary(store: WeightStore) -> str:
     origin = (f"imported from the {imported['layout']} layout at {imported['path']}" if imported
               else str(m.get("source", {}).get("kind", "not recorded")))
     lines = [
-        f"store      {store.root}  (format v{m['format_version']}, {m['status']})",
-        f"kind       {m['kind']}: {m.get('description', '')}",
+        *head_lines(store),
         f"source     {origin}",
-        f"arch       {' -> '.join(map(str, arch['widths']))}  MLP, activation {arch.get('activation')}",
+        f"arch       {widths_text(arch)}  MLP, activation {arch.get('activation')}",
         f"networks   {m['num_networks']} in {plural(m['num_chunks'], 'chunk')} of {m['chunk_size']}",
         "splits     " + ", ".join(f"{s} {v['count']}" for s, v in m["splits"].items()),
     ]
@@ -39,7 +38,7 @@ def summary(store: WeightStore) -> str:
     for name in numeric:  # the targets a model can learn (the import's numeric columns)
         values = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
         lines.append(f"{name:<10} " + percentiles(values[~np.isnan(values)], 4))
-    lines.append(f"disk       {store.size_on_disk() / 2**20:.1f} MiB")
+    lines.append(disk_line(store))
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ from ..store.format import SPLITS, fragment_name
 from ..store.location import UrlRoot
 from ..store.reader import WeightStore
 from ..store.writer import chunk_bounds
-from .format import percentiles
+from .format import head_lines, percentiles, widths_text
 
 
 def progress_summary(store: WeightStore) -> str:
@@ -34,10 +34,9 @@ def progress_summary(store: WeightStore) -> str:
     column, label, digits = ("test_accuracy", "test acc", 3) if is_classifier else ("psnr", "psnr (dB)", 2)
     values = _finished_values(store, done, column)
     lines = [
-        f"store      {store.root}  (format v{m['format_version']}, {m['status']}: being generated, or interrupted)",
-        f"kind       {m['kind']}: {m.get('description', '')}",
+        *head_lines(store, ": being generated, or interrupted"),
         f"source     {m['source'].get('source')}",
-        f"arch       {' -> '.join(map(str, m['architecture']['widths']))}",
+        f"arch       {widths_text(m['architecture'])}",
         f"progress   {len(done)} of {m['num_chunks']} chunks written: {count} of {total} networks "
         f"({100 * count / max(total, 1):.1f}%)",
         "splits     " + ", ".join(f"{s} {int(made[_split_slice(m, s)].sum())}/{m['splits'][s]['count']}"
