@@ -43,7 +43,7 @@ def canonical_neuron_scales(ws: WeightSpace) -> list[Tensor]:
     for k in range(ws.num_layers - 1):
         incoming = ws.weights[k]
         if k > 0:  # the columns as the previous layer's scales leave them
-            incoming = incoming / scales[-1].to(incoming.dtype).unsqueeze(1)
+            incoming = incoming / scales[-1].unsqueeze(1)
         norms = neuron_norms(incoming, ws.biases[k])
         keep = (norms == 0) | ((norms - 1).abs() <= TOLERANCE)
         scales.append(torch.where(keep, torch.ones_like(norms), 1 / norms).to(incoming.dtype))

@@ -66,8 +66,8 @@ def derive_canonical_store(source, out, transforms: tuple[str, ...], *, overwrit
     if str(root.resolve()) == str(store.root.resolve()):
         raise ValueError(f"--out {out} is the source store; choose another folder")
     _check_out(root, overwrite)
-    for name in ("sign", "scale"):
-        if name in transforms:
+    for name in transforms:
+        if name in NEEDS:
             require_activation(store, name)
     transform, record = canonicalizer(store, transforms, seed, log)
     manifest = store.manifest
